@@ -1,0 +1,35 @@
+# The README's two commands: `make demo` (the main job) and `make test` (set-up, lint, tests).
+# Both create the virtual environment on first use; pins come from constraints.txt.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.fedrec-installed
+# Small-tensor PyTorch on 2 shared cores is fastest single-threaded with a passive OpenMP wait policy.
+export OMP_NUM_THREADS ?= 1
+export OMP_WAIT_POLICY ?= PASSIVE
+export MKL_NUM_THREADS ?= 1
+
+.PHONY: demo test lint bench install clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/fedrec demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: lint
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/fedrec bench envs
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,140 @@
+"""Batched state of Choc-vs-Kale users across one or more platforms.
+
+:class:`ChocKaleSimulator` holds B users, each with one latent exposure and one time budget shared
+by K platforms, and per platform a candidate set and a response history. The Gymnasium envs use
+K = 1 (B = 1 single, B = num_envs vector); the multi-platform envs use K >= 2. The simulator never
+decides what a platform may see: the env classes build observations from its state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedrec.envs.choc_kale_model import ChocKaleModel, ChocKaleParams
+
+
+@dataclass(frozen=True)
+class VisitOutcome:
+    """What happened when the users visited one platform (arrays of shape (B,))."""
+
+    clicked_slot: np.ndarray
+    """Slot of the consumed item, -1 for the null item or an inactive user."""
+    engagement: np.ndarray
+    """True (unclipped) engagement; 0 without a consumption."""
+    visited: np.ndarray
+    """Which users actually visited (active and with budget left)."""
+
+
+class ChocKaleSimulator:
+    """B users x K platforms, all updated with whole-array NumPy operations."""
+
+    def __init__(self, params: ChocKaleParams, *, num_users: int, num_platforms: int = 1) -> None:
+        if num_users < 1:
+            raise ValueError(f"num_users must be >= 1, got {num_users}")
+        if num_platforms < 1:
+            raise ValueError(f"num_platforms must be >= 1, got {num_platforms}")
+        self.params = params
+        self.model = ChocKaleModel(params)
+        self.num_users = num_users
+        self.num_platforms = num_platforms
+        b, k, n, h = num_users, num_platforms, params.slate_size, params.history_length
+        self.exposure = np.zeros(b)
+        self.budget = np.zeros(b, dtype=np.int64)
+        self.documents = np.zeros((k, b, params.num_candidates), dtype=np.float32)
+        self.click_history = np.zeros((k, b, h, n), dtype=np.float32)
+        self.engagement_history = np.zeros((k, b, h, n), dtype=np.float32)
+        self._rows = np.arange(b)
+
+    def reset(self, rng: np.random.Generator, mask: np.ndarray | None = None) -> None:
+        """Start new episodes for the users in ``mask`` (all when None)."""
+        if mask is None:
+            count = self.num_users
+            self.exposure[:] = self.model.initial_exposure(rng, count)
+            self.budget[:] = self.params.time_budget
+            for platform in range(self.num_platforms):
+                self.documents[platform] = self.model.sample_documents(rng, count)
+            self.click_history[:] = 0.0
+            self.engagement_history[:] = 0.0
+            return
+        count = int(mask.sum())
+        if count == 0:
+            return
+        self.exposure[mask] = self.model.initial_exposure(rng, count)
+        self.budget[mask] = self.params.time_budget
+        for platform in range(self.num_platforms):
+            self.documents[platform, mask] = self.model.sample_documents(rng, count)
+        self.click_history[:, mask] = 0.0
+        self.engagement_history[:, mask] = 0.0
+
+    def satisfaction(self) -> np.ndarray:
+        """Current true satisfaction of every user."""
+        return self.model.satisfaction(self.exposure)
+
+    def visit(
+        self,
+        rng: np.random.Generator,
+        platform: int,
+        slates: np.ndarray,
+        active: np.ndarray | None = None,
+    ) -> VisitOutcome:
+        """Every active user with budget left consumes from ``slates`` (B, n) on ``platform``.
+
+        Order of random draws (fixed, for reproducibility): the choice uniform (MNL only), the
+        log-engagement normal, the exposure innovation, then the platform's next candidates. All
+        are drawn for all B users so the streams do not depend on who is active.
+        """
+        model, rows = self.model, self._rows
+        visited = self.budget > 0
+        if active is not None:
+            visited &= active
+        docs = self.documents[platform]
+        slate_x = docs[rows[:, None], slates]
+        slot = model.sample_choice(rng, slate_x)
+        z_engagement = rng.standard_normal(self.num_users)
+        z_innovation = rng.standard_normal(self.num_users)
+        next_docs = model.sample_documents(rng, self.num_users)
+
+        clicked = visited & (slot >= 0)
+        clicked_x = slate_x[rows, np.maximum(slot, 0)].astype(np.float64)
+        chocness = model.chocness(clicked_x)
+        loc, scale = model.engagement_params(self.satisfaction(), chocness)
+        engagement = np.where(clicked, np.exp(loc + scale * z_engagement), 0.0)
+        new_exposure = model.next_exposure(
+            self.exposure, chocness, self.params.innovation_stddev * z_innovation
+        )
+        self.exposure = np.where(clicked, new_exposure, self.exposure)
+        self.budget -= visited
+
+        if visited.all():
+            self.documents[platform] = next_docs
+        else:
+            docs[visited] = next_docs[visited]
+        self._record(platform, np.where(clicked, slot, -1), engagement, visited)
+        return VisitOutcome(
+            clicked_slot=np.where(clicked, slot, -1), engagement=engagement, visited=visited
+        )
+
+    def _record(
+        self, platform: int, slot: np.ndarray, engagement: np.ndarray, visited: np.ndarray
+    ) -> None:
+        """Push this visit's response (one-hot click, observed engagement) into the history."""
+        n = self.params.slate_size
+        clip = self.params.engagement_clip
+        observed = engagement if clip is None else np.minimum(engagement, clip)
+        click_row = np.zeros((self.num_users, n), dtype=np.float32)
+        engagement_row = np.zeros((self.num_users, n), dtype=np.float32)
+        hit = slot >= 0
+        click_row[self._rows[hit], slot[hit]] = 1.0
+        engagement_row[self._rows[hit], slot[hit]] = observed[hit]
+        for history, row in (
+            (self.click_history[platform], click_row),
+            (self.engagement_history[platform], engagement_row),
+        ):
+            if visited.all():
+                history[:, :-1] = history[:, 1:]
+                history[:, -1] = row
+            else:
+                history[visited, :-1] = history[visited, 1:]
+                history[visited, -1] = row[visited]

@@ -1,0 +1,162 @@
+"""Native batched Choc-vs-Kale: many users in one NumPy operation (a Gymnasium ``VectorEnv``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from fedrec.envs.choc_kale import Observation, batched_observation, observation_space, oracle_info
+from fedrec.envs.choc_kale_model import ChocKaleParams
+from fedrec.envs.choc_kale_sim import ChocKaleSimulator
+from fedrec.envs.slates import SlateBatchSpace, SlateSpace, validate_slates
+
+
+def make_params(kwargs: dict[str, Any]) -> ChocKaleParams:
+    """Build validated parameters, turning an unknown keyword into a clear ValueError."""
+    known = ChocKaleParams.__dataclass_fields__
+    unknown = sorted(set(kwargs) - set(known))
+    if unknown:
+        raise ValueError(f"unknown Choc-vs-Kale argument(s) {unknown}; valid: {sorted(known)}")
+    return ChocKaleParams(**kwargs)
+
+
+def with_masks(info: dict[str, Any], num_envs: int) -> dict[str, Any]:
+    """Add Gymnasium's ``_key`` masks (every entry present for every user)."""
+    present = np.ones(num_envs, dtype=bool)
+    return {**info, **{f"_{key}": present for key in info}}
+
+
+class ChocKaleVectorEnv(VectorEnv):
+    """``num_envs`` independent Choc-vs-Kale users, stepped together.
+
+    The same dynamics and parameters as :class:`fedrec.envs.choc_kale.ChocKaleEnv` (see its card),
+    simulated for all users by :class:`fedrec.envs.choc_kale_sim.ChocKaleSimulator` with whole-array
+    operations; with ``num_envs=1`` and the same seed it reproduces the single env exactly.
+
+    :param num_envs: number of users.
+    :param autoreset_mode: ``NEXT_STEP`` (default), ``SAME_STEP`` or ``DISABLED`` (Gymnasium 1.x
+        semantics; declared in ``metadata["autoreset_mode"]``).
+    :param max_episode_steps: optional truncation (``gymnasium.make_vec`` passes the spec's value);
+        episodes otherwise end by termination when the time budget is spent.
+    :param kwargs: any :class:`~fedrec.envs.choc_kale_model.ChocKaleParams` field.
+    """
+
+    metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        *,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        max_episode_steps: int | None = None,
+        render_mode: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+        if render_mode is not None:
+            raise ValueError(
+                "ChocKaleVectorEnv does not render; use ChocKaleEnv(render_mode='ansi')"
+            )
+        try:
+            mode = AutoresetMode(autoreset_mode)
+        except ValueError as error:
+            valid = [m.value for m in AutoresetMode]
+            raise ValueError(
+                f"autoreset_mode must be one of {valid}, got {autoreset_mode!r}"
+            ) from error
+        if max_episode_steps is not None and max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps must be >= 1 or None, got {max_episode_steps}")
+        self.params = make_params(kwargs)
+        self.num_envs = num_envs
+        self.render_mode = None
+        self.max_episode_steps = max_episode_steps
+        self.metadata = {**type(self).metadata, "autoreset_mode": mode}
+        self.single_observation_space = observation_space(self.params)
+        self.single_action_space = SlateSpace(self.params.num_candidates, self.params.slate_size)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = SlateBatchSpace(
+            self.params.num_candidates, self.params.slate_size, num_envs
+        )
+        self._sim = ChocKaleSimulator(self.params, num_users=num_envs)
+        self._steps = np.zeros(num_envs, dtype=np.int64)
+        self._autoreset = np.zeros(num_envs, dtype=bool)
+        self._default_slate = np.arange(self.params.slate_size)
+        self._started = False
+
+    @property
+    def autoreset_mode(self) -> AutoresetMode:
+        return self.metadata["autoreset_mode"]
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
+        super().reset(seed=seed)
+        mask = None if options is None else options.get("reset_mask")
+        if mask is not None:
+            mask = np.asarray(mask)
+            if mask.dtype != np.bool_ or mask.shape != (self.num_envs,):
+                raise ValueError(f"reset_mask must be a bool array of shape ({self.num_envs},)")
+            if not self._started and not mask.all():
+                raise ValueError("the first reset must reset every user (omit reset_mask)")
+        self._sim.reset(self.np_random, mask)
+        reset = np.ones(self.num_envs, dtype=bool) if mask is None else mask
+        self._steps[reset] = 0
+        self._autoreset[reset] = False
+        self._started = True
+        obs = batched_observation(self._sim, self.np_random)
+        return obs, self._info(np.full(self.num_envs, -1))
+
+    def step(
+        self, actions: np.ndarray
+    ) -> tuple[Observation, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        if not self._started:
+            raise RuntimeError("call reset() before step()")
+        p, sim = self.params, self._sim
+        resetting = self._autoreset if self.autoreset_mode == AutoresetMode.NEXT_STEP else None
+        if resetting is not None and resetting.any():
+            # Gymnasium NEXT_STEP: users whose episode ended last step are reset, their actions ignored.
+            slates = np.array(actions, copy=True)
+            slates[resetting] = self._default_slate
+            sim.reset(self.np_random, resetting)
+            self._steps[resetting] = 0
+            active = ~resetting
+        else:
+            slates, active = actions, None
+        slates = validate_slates(
+            slates,
+            num_candidates=p.num_candidates,
+            slate_size=p.slate_size,
+            batch_size=self.num_envs,
+            who="slates",
+        )
+        outcome = sim.visit(self.np_random, 0, slates, active)
+        self._steps += outcome.visited
+        rewards = outcome.engagement
+        terminated = outcome.visited & (sim.budget <= 0)
+        truncated = np.zeros(self.num_envs, dtype=bool)
+        if self.max_episode_steps is not None:
+            truncated = outcome.visited & ~terminated & (self._steps >= self.max_episode_steps)
+        done = terminated | truncated
+        info = self._info(outcome.clicked_slot)
+
+        if self.autoreset_mode == AutoresetMode.SAME_STEP and done.any():
+            info["final_obs"] = batched_observation(sim, self.np_random)
+            info["_final_obs"] = done.copy()
+            info["final_info"] = self._info(outcome.clicked_slot)
+            info["_final_info"] = done.copy()
+            sim.reset(self.np_random, done)
+            self._steps[done] = 0
+            info.update(self._info(np.where(done, -1, outcome.clicked_slot)))
+        elif self.autoreset_mode == AutoresetMode.NEXT_STEP:
+            self._autoreset = done
+        obs = batched_observation(sim, self.np_random)
+        return obs, rewards, terminated, truncated, info
+
+    def _info(self, clicked_slot: np.ndarray) -> dict[str, Any]:
+        info = oracle_info(self._sim)
+        info["clicked_slot"] = clicked_slot
+        return with_masks(info, self.num_envs)

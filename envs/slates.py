@@ -1,0 +1,114 @@
+"""Validation of recommended slates: every env checks actions here, with errors that name the fault."""
+
+from __future__ import annotations
+
+import numpy as np
+from gymnasium import spaces
+
+
+def validate_slates(
+    action: object,
+    *,
+    num_candidates: int,
+    slate_size: int,
+    batch_size: int | None = None,
+    who: str = "slate",
+) -> np.ndarray:
+    """Check and return slates as an int64 array.
+
+    :param action: one slate of shape (slate_size,) when ``batch_size`` is None, else a batch of
+        shape (batch_size, slate_size). Entries are indices into the current candidate list.
+    :param who: how the error message names the action (e.g. ``"slate of platform_b"``).
+    :raises ValueError: wrong dtype, wrong shape, index out of range or a repeated item.
+    """
+    array = np.asarray(action)
+    if array.dtype.kind not in "iu":
+        raise ValueError(
+            f"{who} must hold integer candidate indices, got dtype {array.dtype} ({action!r:.80})"
+        )
+    expected = (slate_size,) if batch_size is None else (batch_size, slate_size)
+    if array.shape != expected:
+        what = "length" if batch_size is None and array.ndim == 1 else "shape"
+        got = array.shape[0] if what == "length" else array.shape
+        raise ValueError(
+            f"{who} has {what} {got}, expected shape {expected} (slate_size={slate_size})"
+        )
+    batch = array.reshape(-1, slate_size)
+    low, high = batch.min(), batch.max()
+    if low < 0 or high >= num_candidates:
+        bad = int(low if low < 0 else high)
+        raise ValueError(
+            f"{who} contains candidate index {bad}, outside [0, {num_candidates}) "
+            f"(num_candidates={num_candidates})"
+        )
+    if slate_size > 1:
+        ordered = np.sort(batch, axis=1)
+        repeats = ordered[:, 1:] == ordered[:, :-1]
+        if repeats.any():
+            row, col = np.argwhere(repeats)[0]
+            where = "" if batch_size is None else f" (row {row})"
+            raise ValueError(
+                f"{who} repeats candidate {int(ordered[row, col])}{where}: "
+                "a slate must list distinct candidates"
+            )
+    return batch.astype(np.int64, copy=False).reshape(expected)
+
+
+class SlateSpace(spaces.MultiDiscrete):
+    """``MultiDiscrete([N] * n)`` whose members are slates of *distinct* candidates.
+
+    It is a true ``MultiDiscrete`` (start 0), so RL libraries treat it as one, but ``sample()``
+    draws without replacement and ``contains()`` rejects repeated items, matching what the
+    environments accept. (Plain ``MultiDiscrete.sample`` returns duplicates, and its ``mask``
+    cannot express "distinct".)
+    """
+
+    def __init__(self, num_candidates: int, slate_size: int, seed: int | None = None) -> None:
+        if slate_size > num_candidates:
+            raise ValueError(f"slate_size={slate_size} exceeds num_candidates={num_candidates}")
+        super().__init__([num_candidates] * slate_size, dtype=np.int64, seed=seed)
+        self.num_candidates = num_candidates
+        self.slate_size = slate_size
+
+    def sample(self, mask: object = None, probability: object = None) -> np.ndarray:
+        if mask is not None or probability is not None:
+            raise ValueError("SlateSpace.sample does not support mask or probability")
+        return self.np_random.choice(self.num_candidates, self.slate_size, replace=False)
+
+    def contains(self, x: object) -> bool:
+        if not super().contains(x):
+            return False
+        slate = np.asarray(x)
+        return len(np.unique(slate)) == slate.size
+
+    def __repr__(self) -> str:
+        return f"SlateSpace(num_candidates={self.num_candidates}, slate_size={self.slate_size})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SlateSpace) and super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable numpy fields, like MultiDiscrete
+
+
+class SlateBatchSpace(spaces.Box):
+    """A batch of slates, shape (B, n): ``Box(0, N-1, int64)`` whose rows list distinct candidates."""
+
+    def __init__(
+        self, num_candidates: int, slate_size: int, batch_size: int, seed: int | None = None
+    ) -> None:
+        super().__init__(0, num_candidates - 1, (batch_size, slate_size), np.int64, seed=seed)
+        self.num_candidates = num_candidates
+        self.slate_size = slate_size
+        self.batch_size = batch_size
+
+    def sample(self, mask: object = None, probability: object = None) -> np.ndarray:
+        if mask is not None or probability is not None:
+            raise ValueError("SlateBatchSpace.sample does not support mask or probability")
+        keys = self.np_random.random((self.batch_size, self.num_candidates))
+        return np.argsort(keys, axis=1)[:, : self.slate_size].astype(np.int64)
+
+    def contains(self, x: object) -> bool:
+        if not super().contains(x):
+            return False
+        ordered = np.sort(np.asarray(x), axis=1)
+        return not (ordered[:, 1:] == ordered[:, :-1]).any()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 from typing import Any
 
 import gymnasium as gym
@@ -198,15 +200,28 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
         self.render_mode = render_mode
         self.observation_space = observation_space(self.params)
         self.action_space = SlateSpace(num_candidates, slate_size)
-        self._sim = ChocKaleSimulator(self.params, num_users=1)
-        self._last: tuple[np.ndarray, int, float] | None = None
+        # Scalar user state. The single env runs its own scalar code path, because NumPy's per-call
+        # overhead on batch-of-one arrays made it slower than RecSim; it draws random numbers in
+        # exactly the simulator's order, and a test pins it to ChocKaleVectorEnv(num_envs=1).
+        self._exposure = 0.0
+        self._budget = 0
+        self._documents = np.zeros(num_candidates, dtype=np.float32)
+        h, n = history_length, slate_size
+        self._click_history = np.zeros((h, n), dtype=np.float32)
+        self._engagement_history = np.zeros((h, n), dtype=np.float32)
+        self._last: tuple[list[int], int, float] | None = None
         self._needs_reset = True
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Observation, dict[str, Any]]:
         super().reset(seed=seed)
-        self._sim.reset(self.np_random)
+        rng, p = self.np_random, self.params
+        self._exposure = (rng.random() - 0.5) / (1.0 - p.memory_discount)
+        self._budget = p.time_budget
+        self._documents = rng.random(p.num_candidates, dtype=np.float32)
+        self._click_history[:] = 0.0
+        self._engagement_history[:] = 0.0
         self._needs_reset = False
         self._last = None
         return self._observation(), self._info(clicked_slot=-1)
@@ -214,40 +229,104 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
     def step(self, action: np.ndarray) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
         if self._needs_reset:
             raise RuntimeError("call reset() before step(), and again after the episode ends")
-        slate = validate_slates(
-            action, num_candidates=self.params.num_candidates, slate_size=self.params.slate_size
-        )
-        outcome = self._sim.visit(self.np_random, 0, slate[None, :])
-        slot = int(outcome.clicked_slot[0])
-        reward = float(outcome.engagement[0])
-        terminated = bool(self._sim.budget[0] <= 0)
+        p, rng = self.params, self.np_random
+        slate = self._checked_slate(action)
+        features = self._documents[slate].tolist()
+
+        slot = 0
+        if p.choice_model == "mnl":  # same arithmetic as ChocKaleModel.sample_choice
+            weights = [math.exp(p.choice_intercept - x) for x in features]
+            null = math.exp(p.no_click_logit) if p.no_click_logit is not None else 0.0
+            cumulative = list(itertools.accumulate(weights))  # sequential, like np.cumsum
+            threshold = rng.random() * (cumulative[-1] + null)
+            slot = next((i for i, total in enumerate(cumulative) if total > threshold), -1)
+        z_engagement = rng.standard_normal()
+        z_innovation = rng.standard_normal()
+        self._documents = rng.random(p.num_candidates, dtype=np.float32)
+
+        reward = 0.0
+        if slot >= 0:
+            x = features[slot]
+            chocness = x if p.semantics == "code" else 1.0 - x
+            satisfaction = 1.0 / (1.0 + math.exp(-p.sensitivity * self._exposure))
+            loc = (p.kale_mean + (p.choc_mean - p.kale_mean) * chocness) * satisfaction
+            scale = p.kale_stddev + (p.choc_stddev - p.kale_stddev) * chocness
+            reward = math.exp(loc + scale * z_engagement)
+            self._exposure = (
+                p.memory_discount * self._exposure
+                - 2.0 * (chocness - 0.5)
+                + p.innovation_stddev * z_innovation
+            )
+        self._budget -= 1
+        self._record(slot, reward)
+        terminated = self._budget <= 0
         self._needs_reset = terminated
         self._last = (slate, slot, reward)
         return self._observation(), reward, terminated, False, self._info(clicked_slot=slot)
 
+    def _checked_slate(self, action: Any) -> list[int]:
+        """The slate as a list of ints; any fault is reported by :func:`validate_slates`."""
+        p = self.params
+        if isinstance(action, np.ndarray) and action.dtype.kind in "iu" and action.ndim == 1:
+            slate = action.tolist()
+        elif isinstance(action, list | tuple) and all(type(a) is int for a in action):
+            slate = list(action)
+        else:
+            slate = []
+        if (
+            len(slate) != p.slate_size
+            or min(slate) < 0
+            or max(slate) >= p.num_candidates
+            or len(set(slate)) != p.slate_size
+        ):
+            slate = validate_slates(
+                action, num_candidates=p.num_candidates, slate_size=p.slate_size
+            ).tolist()
+        return slate
+
+    def _record(self, slot: int, engagement: float) -> None:
+        clip = self.params.engagement_clip
+        for history in (self._click_history, self._engagement_history):
+            history[:-1] = history[1:]
+            history[-1] = 0.0
+        if slot >= 0:
+            self._click_history[-1, slot] = 1.0
+            self._engagement_history[-1, slot] = (
+                engagement if clip is None else min(engagement, clip)
+            )
+
+    def _satisfaction(self) -> float:
+        return 1.0 / (1.0 + math.exp(-self.params.sensitivity * self._exposure))
+
     def render(self) -> str | None:
         if self.render_mode != "ansi":
             return None
-        sim = self._sim
         head = (
-            f"budget={int(sim.budget[0])} satisfaction={float(sim.satisfaction()[0]):.4f} "
-            f"exposure={float(sim.exposure[0]):+.3f}"
+            f"budget={self._budget} satisfaction={self._satisfaction():.4f} "
+            f"exposure={self._exposure:+.3f}"
         )
         if self._last is None:
             return head
         slate, slot, reward = self._last
-        chosen = "none" if slot < 0 else f"slot {slot} (item {int(slate[slot])})"
-        return f"{head} | slate={slate.tolist()} consumed={chosen} engagement={reward:.2f}"
+        chosen = "none" if slot < 0 else f"slot {slot} (item {slate[slot]})"
+        return f"{head} | slate={slate} consumed={chosen} engagement={reward:.2f}"
 
     def _observation(self) -> Observation:
-        batch = batched_observation(self._sim, self.np_random)
-        return {key: value[0] for key, value in batch.items()}
+        obs = {"candidates": self._documents[:, None].copy()}
+        if self.params.observes_satisfaction:
+            sigma = self.params.satisfaction_noise_stddev or 0.0
+            z = self.np_random.standard_normal()
+            while abs(z) > NOISE_TRUNCATION:  # the exact truncated normal (as ChocKaleModel)
+                z = self.np_random.standard_normal()
+            obs["user"] = np.array([self._satisfaction() + sigma * z], dtype=np.float32)
+        obs["response_click"] = self._click_history.copy()
+        obs["response_engagement"] = self._engagement_history.copy()
+        return obs
 
     def _info(self, *, clicked_slot: int) -> dict[str, Any]:
-        sim = self._sim
         return {
-            "user_exposure": float(sim.exposure[0]),
-            "user_satisfaction": float(sim.satisfaction()[0]),
-            "budget_left": int(sim.budget[0]),
+            "user_exposure": self._exposure,
+            "user_satisfaction": self._satisfaction(),
+            "budget_left": self._budget,
             "clicked_slot": clicked_slot,
         }

@@ -83,12 +83,18 @@ class ChocKaleSimulator:
 
         Order of random draws (fixed, for reproducibility): the choice uniform (MNL only), the
         log-engagement normal, the exposure innovation, then the platform's next candidates. All
-        are drawn for all B users so the streams do not depend on who is active.
+        are drawn for all B users so the streams do not depend on who is active (none at all when
+        no user visits).
         """
         model, rows = self.model, self._rows
         visited = self.budget > 0
         if active is not None:
             visited &= active
+        if not visited.any():  # nobody visits: no draws, nothing changes
+            none = np.full(self.num_users, -1)
+            return VisitOutcome(
+                clicked_slot=none, engagement=np.zeros(self.num_users), visited=visited
+            )
         docs = self.documents[platform]
         slate_x = docs[rows[:, None], slates]
         slot = model.sample_choice(rng, slate_x)

@@ -2,36 +2,25 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import gymnasium
 import pettingzoo
 
+from fedrec.env_entry import EnvEntry
 from fedrec.envs.choc_kale import FEDSLATE_KWARGS, LIBRARY_DEFAULTS
 
 #: Parameters of ``fedrec/ChocKaleLongTerm-v0``: the FedSlate variant with a satisfaction that
-#: reacts (tau = 0.2 instead of 0.01), so that a myopic policy erodes it and planning pays.
-#: The measured gap between the optimal planner and the myopic policy is in the README.
-LONG_TERM_KWARGS: dict[str, Any] = {**FEDSLATE_KWARGS, "sensitivity": 0.2}
-
-
-@dataclass(frozen=True)
-class EnvEntry:
-    """One registered environment id."""
-
-    id: str
-    api: Literal["gymnasium", "pettingzoo"]
-    entry_point: str
-    description: str
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    vector_entry_point: str | None = None
+#: reacts (tau = 0.05 instead of 0.01; nothing else changes). Exposure then spans sigmoid(+-0.5),
+#: so a myopic policy that serves chocolate erodes satisfaction and the optimal planner beats it
+#: by about 35% (the sweep and the measured gap are in the README).
+LONG_TERM_KWARGS: dict[str, Any] = {**FEDSLATE_KWARGS, "sensitivity": 0.05}
 
 
 _CHOC_KALE = "fedrec.envs.choc_kale:ChocKaleEnv"
 _CHOC_KALE_VECTOR = "fedrec.envs.choc_kale_vector:ChocKaleVectorEnv"
 
-ENVIRONMENTS: tuple[EnvEntry, ...] = (
+CHOC_KALE_ENVIRONMENTS: tuple[EnvEntry, ...] = (
     EnvEntry(
         id="fedrec/ChocKale-v0",
         api="gymnasium",
@@ -54,7 +43,7 @@ ENVIRONMENTS: tuple[EnvEntry, ...] = (
         entry_point=_CHOC_KALE,
         vector_entry_point=_CHOC_KALE_VECTOR,
         kwargs=LONG_TERM_KWARGS,
-        description="ChocKaleSlate with a reactive satisfaction (tau=0.2): planning beats myopia.",
+        description="ChocKaleSlate with a reactive satisfaction (tau=0.05): planning beats myopia.",
     ),
     EnvEntry(
         id="fedrec/ChocKaleMultiPlatform-v0",
@@ -63,6 +52,10 @@ ENVIRONMENTS: tuple[EnvEntry, ...] = (
         description="One user, K platforms (A with feedback, B without), shared state and budget.",
     ),
 )
+
+
+#: Every registered environment, in the order `fedrec envs` lists them.
+ENVIRONMENTS: tuple[EnvEntry, ...] = CHOC_KALE_ENVIRONMENTS
 
 
 def register_all() -> None:

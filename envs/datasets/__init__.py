@@ -1,0 +1,1 @@
+"""Logged recommendation data sets: loaders, fetching, preprocessing and interaction environments."""

@@ -1,0 +1,20 @@
+"""``fedrec bench BENCHMARK``: the project's benchmarks (each in its own module under ``eval/``)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+#: benchmark name -> module with ``add_parser(bench_subparsers)``.
+BENCHMARKS = {"envs": "fedrec.eval.bench_envs"}
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        help="run a benchmark and print its table",
+        description="Benchmarks: `fedrec bench envs` measures environment throughput against RecSim.",
+    )
+    bench_subparsers = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
+    for module_name in BENCHMARKS.values():
+        importlib.import_module(module_name).add_parser(bench_subparsers)

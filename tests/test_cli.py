@@ -1,0 +1,45 @@
+"""The `fedrec` command line: help, environment listing and the demo."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import fedrec
+from fedrec.cli import main
+
+
+def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("envs", "demo", "bench"):
+        assert command in out
+
+
+def test_envs_lists_every_registered_id(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["envs", "--plain"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split("\t")[0] for line in lines] == fedrec.environment_ids()
+    assert all(len(line.split("\t")) == 3 and line.split("\t")[2] for line in lines)
+
+
+def test_demo_prints_the_reference_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--episodes", "40", "--num-envs", "40"]) == 0
+    out = capsys.readouterr().out
+    for name in ("random", "myopic", "planner", "fedrec/ChocKaleLongTerm-v0"):
+        assert name in out
+
+
+def test_console_script_reports_errors_cleanly() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "fedrec.cli", "demo", "--episodes", "0"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "episodes and num_envs must be >= 1" in result.stderr

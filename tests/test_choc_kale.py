@@ -207,13 +207,13 @@ def test_autoreset_modes() -> None:
     for _ in range(3):
         _, _, terminated, _, _ = next_step.step(slates)
     assert terminated.all()
-    obs, reward, terminated, truncated, info = next_step.step(slates)
+    _, reward, terminated, _, info = next_step.step(slates)
     assert (reward == 0).all() and not terminated.any() and (info["budget_left"] == 3).all()
 
     same_step = ChocKaleVectorEnv(4, autoreset_mode="SameStep", **kwargs)
     same_step.reset(seed=0)
     for _ in range(3):
-        obs, reward, terminated, _, info = same_step.step(slates)
+        _, reward, terminated, _, info = same_step.step(slates)
     assert terminated.all() and (reward > 0).all()
     assert info["_final_obs"].all() and "candidates" in info["final_obs"]
     assert (info["budget_left"] == 3).all()  # already reset
@@ -230,7 +230,7 @@ def test_autoreset_modes() -> None:
 def test_max_episode_steps_truncates() -> None:
     envs = gym.make_vec("fedrec/ChocKale-v0", num_envs=2, max_episode_steps=5)
     envs.reset(seed=0)
-    for step in range(5):
+    for _ in range(5):
         _, _, terminated, truncated, _ = envs.step(np.tile(np.arange(3), (2, 1)))
     assert truncated.all() and not terminated.any()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rich.console import Console
 from rich.table import Table
@@ -32,7 +33,12 @@ def run(args: argparse.Namespace) -> int:
     table.add_column("batched")
     table.add_column("description")
     for entry in ENVIRONMENTS:
-        batched = "make_vec" if entry.vector_entry_point else "batch class"
+        if entry.vector_entry_point:
+            batched = "native make_vec"
+        elif entry.api == "gymnasium":
+            batched = "SyncVectorEnv"
+        else:
+            batched = "batch class"
         table.add_row(entry.id, entry.api, batched, entry.description)
-    Console().print(table)
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
     return 0

@@ -9,6 +9,7 @@ import pettingzoo
 
 from fedrec.env_entry import EnvEntry
 from fedrec.envs.choc_kale import FEDSLATE_KWARGS, LIBRARY_DEFAULTS
+from fedrec.envs.datasets.registry import LOGGED_DATA_ENVIRONMENTS
 
 #: Parameters of ``fedrec/ChocKaleLongTerm-v0``: the FedSlate variant with a satisfaction that
 #: reacts (tau = 0.05 instead of 0.01; nothing else changes). Exposure then spans sigmoid(+-0.5),
@@ -55,7 +56,7 @@ CHOC_KALE_ENVIRONMENTS: tuple[EnvEntry, ...] = (
 
 
 #: Every registered environment, in the order `fedrec envs` lists them.
-ENVIRONMENTS: tuple[EnvEntry, ...] = CHOC_KALE_ENVIRONMENTS
+ENVIRONMENTS: tuple[EnvEntry, ...] = CHOC_KALE_ENVIRONMENTS + LOGGED_DATA_ENVIRONMENTS
 
 
 def register_all() -> None:

@@ -11,7 +11,7 @@ import argparse
 
 from fedrec.agents.reference import reference_policies
 from fedrec.envs.choc_kale import FEDSLATE_KWARGS
-from fedrec.envs.choc_kale_vector import make_params
+from fedrec.envs.choc_kale_model import make_params
 from fedrec.eval.rollout import evaluate_policy
 
 SENSITIVITIES = (0.01, 0.03, 0.05, 0.08, 0.1, 0.15)

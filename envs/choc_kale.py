@@ -16,7 +16,6 @@ from fedrec.envs.choc_kale_model import (
     ChoiceModelName,
     Semantics,
 )
-from fedrec.envs.choc_kale_sim import ChocKaleSimulator
 from fedrec.envs.slates import SlateSpace, validate_slates
 
 Observation = dict[str, np.ndarray]
@@ -51,29 +50,6 @@ def observation_space(params: ChocKaleParams, *, feedback: bool = True) -> space
         entries["response_click"] = spaces.Box(0.0, 1.0, (h, n), np.float32)
         entries["response_engagement"] = spaces.Box(0.0, clip, (h, n), np.float32)
     return spaces.Dict(entries)
-
-
-def batched_observation(
-    sim: ChocKaleSimulator, rng: np.random.Generator, *, platform: int = 0, feedback: bool = True
-) -> Observation:
-    """Observations of all users on one platform, arrays with a leading batch axis (copies)."""
-    obs = {"candidates": sim.documents[platform][:, :, None].copy()}
-    if sim.params.observes_satisfaction:
-        noisy = sim.model.observe_satisfaction(rng, sim.satisfaction())
-        obs["user"] = noisy.astype(np.float32)[:, None]
-    if feedback:
-        obs["response_click"] = sim.click_history[platform].copy()
-        obs["response_engagement"] = sim.engagement_history[platform].copy()
-    return obs
-
-
-def oracle_info(sim: ChocKaleSimulator) -> dict[str, np.ndarray]:
-    """Ground-truth user state, for reference policies (myopic, planner) and analysis only."""
-    return {
-        "user_exposure": sim.exposure.copy(),
-        "user_satisfaction": sim.satisfaction(),
-        "budget_left": sim.budget.copy(),
-    }
 
 
 class ChocKaleEnv(gym.Env[Observation, np.ndarray]):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -106,6 +106,15 @@ class ChocKaleParams:
     def has_null_item(self) -> bool:
         """Whether the user may consume nothing."""
         return self.no_click_logit is not None
+
+
+def make_params(kwargs: dict[str, Any]) -> ChocKaleParams:
+    """Build validated parameters, turning an unknown keyword into a clear ValueError."""
+    known = ChocKaleParams.__dataclass_fields__
+    unknown = sorted(set(kwargs) - set(known))
+    if unknown:
+        raise ValueError(f"unknown Choc-vs-Kale argument(s) {unknown}; valid: {sorted(known)}")
+    return ChocKaleParams(**kwargs)
 
 
 def _check_int(name: str, value: object, *, minimum: int) -> None:

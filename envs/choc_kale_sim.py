@@ -72,6 +72,31 @@ class ChocKaleSimulator:
         """Current true satisfaction of every user."""
         return self.model.satisfaction(self.exposure)
 
+    def observation(
+        self, rng: np.random.Generator, *, platform: int = 0, feedback: bool = True
+    ) -> dict[str, np.ndarray]:
+        """All users' observations on one platform (copies, leading batch axis).
+
+        Keys as in :func:`fedrec.envs.choc_kale.observation_space`; the noisy satisfaction is
+        drawn afresh for each call, and ``feedback=False`` leaves out the platform's responses.
+        """
+        obs = {"candidates": self.documents[platform][:, :, None].copy()}
+        if self.params.observes_satisfaction:
+            noisy = self.model.observe_satisfaction(rng, self.satisfaction())
+            obs["user"] = noisy.astype(np.float32)[:, None]
+        if feedback:
+            obs["response_click"] = self.click_history[platform].copy()
+            obs["response_engagement"] = self.engagement_history[platform].copy()
+        return obs
+
+    def oracle_state(self) -> dict[str, np.ndarray]:
+        """Ground-truth user state, for reference policies (myopic, planner) and analysis only."""
+        return {
+            "user_exposure": self.exposure.copy(),
+            "user_satisfaction": self.satisfaction(),
+            "budget_left": self.budget.copy(),
+        }
+
     def visit(
         self,
         rng: np.random.Generator,

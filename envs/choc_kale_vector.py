@@ -8,25 +8,16 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from fedrec.envs.choc_kale import Observation, batched_observation, observation_space, oracle_info
-from fedrec.envs.choc_kale_model import ChocKaleParams
+from fedrec.envs.choc_kale import Observation, observation_space
+from fedrec.envs.choc_kale_model import make_params
 from fedrec.envs.choc_kale_sim import ChocKaleSimulator
 from fedrec.envs.slates import SlateBatchSpace, SlateSpace, validate_slates
-
-
-def make_params(kwargs: dict[str, Any]) -> ChocKaleParams:
-    """Build validated parameters, turning an unknown keyword into a clear ValueError."""
-    known = ChocKaleParams.__dataclass_fields__
-    unknown = sorted(set(kwargs) - set(known))
-    if unknown:
-        raise ValueError(f"unknown Choc-vs-Kale argument(s) {unknown}; valid: {sorted(known)}")
-    return ChocKaleParams(**kwargs)
-
-
-def with_masks(info: dict[str, Any], num_envs: int) -> dict[str, Any]:
-    """Add Gymnasium's ``_key`` masks (every entry present for every user)."""
-    present = np.ones(num_envs, dtype=bool)
-    return {**info, **{f"_{key}": present for key in info}}
+from fedrec.envs.vector_utils import (
+    check_vector_args,
+    parse_autoreset_mode,
+    reset_mask,
+    with_masks,
+)
 
 
 class ChocKaleVectorEnv(VectorEnv):
@@ -55,26 +46,15 @@ class ChocKaleVectorEnv(VectorEnv):
         render_mode: str | None = None,
         **kwargs: Any,
     ) -> None:
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
-        if render_mode is not None:
-            raise ValueError(
-                "ChocKaleVectorEnv does not render; use ChocKaleEnv(render_mode='ansi')"
-            )
-        try:
-            mode = AutoresetMode(autoreset_mode)
-        except ValueError as error:
-            valid = [m.value for m in AutoresetMode]
-            raise ValueError(
-                f"autoreset_mode must be one of {valid}, got {autoreset_mode!r}"
-            ) from error
-        if max_episode_steps is not None and max_episode_steps < 1:
-            raise ValueError(f"max_episode_steps must be >= 1 or None, got {max_episode_steps}")
+        check_vector_args(num_envs, render_mode, max_episode_steps, who="ChocKaleVectorEnv")
         self.params = make_params(kwargs)
         self.num_envs = num_envs
         self.render_mode = None
         self.max_episode_steps = max_episode_steps
-        self.metadata = {**type(self).metadata, "autoreset_mode": mode}
+        self.metadata = {
+            **type(self).metadata,
+            "autoreset_mode": parse_autoreset_mode(autoreset_mode),
+        }
         self.single_observation_space = observation_space(self.params)
         self.single_action_space = SlateSpace(self.params.num_candidates, self.params.slate_size)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
@@ -95,19 +75,12 @@ class ChocKaleVectorEnv(VectorEnv):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Observation, dict[str, Any]]:
         super().reset(seed=seed)
-        mask = None if options is None else options.get("reset_mask")
-        if mask is not None:
-            mask = np.asarray(mask)
-            if mask.dtype != np.bool_ or mask.shape != (self.num_envs,):
-                raise ValueError(f"reset_mask must be a bool array of shape ({self.num_envs},)")
-            if not self._started and not mask.all():
-                raise ValueError("the first reset must reset every user (omit reset_mask)")
-        self._sim.reset(self.np_random, mask)
-        reset = np.ones(self.num_envs, dtype=bool) if mask is None else mask
-        self._steps[reset] = 0
-        self._autoreset[reset] = False
+        mask = reset_mask(options, self.num_envs, started=self._started)
+        self._sim.reset(self.np_random, None if mask.all() else mask)
+        self._steps[mask] = 0
+        self._autoreset[mask] = False
         self._started = True
-        obs = batched_observation(self._sim, self.np_random)
+        obs = self._sim.observation(self.np_random)
         return obs, self._info(np.full(self.num_envs, -1))
 
     def step(
@@ -144,7 +117,7 @@ class ChocKaleVectorEnv(VectorEnv):
         info = self._info(outcome.clicked_slot)
 
         if self.autoreset_mode == AutoresetMode.SAME_STEP and done.any():
-            info["final_obs"] = batched_observation(sim, self.np_random)
+            info["final_obs"] = sim.observation(self.np_random)
             info["_final_obs"] = done.copy()
             info["final_info"] = self._info(outcome.clicked_slot)
             info["_final_info"] = done.copy()
@@ -153,10 +126,10 @@ class ChocKaleVectorEnv(VectorEnv):
             info.update(self._info(np.where(done, -1, outcome.clicked_slot)))
         elif self.autoreset_mode == AutoresetMode.NEXT_STEP:
             self._autoreset = done
-        obs = batched_observation(sim, self.np_random)
+        obs = sim.observation(self.np_random)
         return obs, rewards, terminated, truncated, info
 
     def _info(self, clicked_slot: np.ndarray) -> dict[str, Any]:
-        info = oracle_info(self._sim)
+        info = self._sim.oracle_state()
         info["clicked_slot"] = clicked_slot
         return with_masks(info, self.num_envs)

@@ -16,15 +16,9 @@ from gymnasium import spaces
 from gymnasium.utils import seeding
 from pettingzoo import ParallelEnv
 
-from fedrec.envs.choc_kale import (
-    FEDSLATE_KWARGS,
-    Observation,
-    batched_observation,
-    observation_space,
-)
-from fedrec.envs.choc_kale_model import ChocKaleParams
+from fedrec.envs.choc_kale import FEDSLATE_KWARGS, Observation, observation_space
+from fedrec.envs.choc_kale_model import ChocKaleParams, make_params
 from fedrec.envs.choc_kale_sim import ChocKaleSimulator
-from fedrec.envs.choc_kale_vector import make_params
 from fedrec.envs.slates import SlateSpace, validate_slates
 
 RewardMode = Literal["individual", "team", "sparse_team"]
@@ -163,15 +157,12 @@ class ChocKaleMultiPlatformBatchEnv:
         )
         self._running = not (terminated or truncated)
         rewards = self._rewards(engagement, episode_over=not self._running)
-        flags = {
-            "terminations": np.full(self.num_users, terminated),
-            "truncations": np.full(self.num_users, truncated),
-        }
+        agents = self.possible_agents
         return (
             self._observations(),
             rewards,
-            {agent: flags["terminations"].copy() for agent in self.possible_agents},
-            {agent: flags["truncations"].copy() for agent in self.possible_agents},
+            {agent: np.full(self.num_users, terminated) for agent in agents},
+            {agent: np.full(self.num_users, truncated) for agent in agents},
             self._infos(clicked),
         )
 
@@ -188,12 +179,7 @@ class ChocKaleMultiPlatformBatchEnv:
 
     def oracle_state(self) -> dict[str, np.ndarray]:
         """Ground-truth user state (exposure, satisfaction, visits left) for reference policies."""
-        sim = self._sim
-        return {
-            "user_exposure": sim.exposure.copy(),
-            "user_satisfaction": sim.satisfaction(),
-            "budget_left": sim.budget.copy(),
-        }
+        return self._sim.oracle_state()
 
     # -- internals --------------------------------------------------------------------------
     def _validate(self, actions: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -240,8 +226,8 @@ class ChocKaleMultiPlatformBatchEnv:
 
     def _observations(self) -> dict[str, Observation]:
         return {
-            agent: batched_observation(
-                self._sim, self.np_random, platform=platform, feedback=self.feedback[agent]
+            agent: self._sim.observation(
+                self.np_random, platform=platform, feedback=self.feedback[agent]
             )
             for platform, agent in enumerate(self.possible_agents)
         }

@@ -18,6 +18,12 @@ from gymnasium.vector.utils import batch_space
 from fedrec.envs.datasets.catalog import load_prepared
 from fedrec.envs.datasets.preprocess import PreparedData
 from fedrec.envs.slates import SlateBatchSpace, SlateSpace, validate_slates
+from fedrec.envs.vector_utils import (
+    check_vector_args,
+    parse_autoreset_mode,
+    reset_mask,
+    with_masks,
+)
 
 Observation = dict[str, np.ndarray]
 Mode = Literal["interaction", "evaluation"]
@@ -27,11 +33,6 @@ def _feature_box(values: np.ndarray) -> spaces.Box:
     low = float(values.min()) if values.size else 0.0
     high = float(values.max()) if values.size else 0.0
     return spaces.Box(low, max(high, low), values.shape[1:], np.float32)
-
-
-def _with_masks(info: dict[str, Any], num_envs: int, present: np.ndarray | None = None) -> dict:
-    mask = np.ones(num_envs, dtype=bool) if present is None else present
-    return {**info, **{f"_{key}": mask.copy() for key in info}}
 
 
 # --------------------------------------------------------------------------------------------
@@ -262,7 +263,7 @@ class LoggedEvaluationVectorEnv(VectorEnv):
         max_episode_steps: int | None = None,
         render_mode: str | None = None,
     ) -> None:
-        _check_vector_args(num_envs, render_mode, max_episode_steps)
+        check_vector_args(num_envs, render_mode, max_episode_steps, who=type(self).__name__)
         self.data = load_prepared(
             dataset,
             data_dir,
@@ -273,7 +274,10 @@ class LoggedEvaluationVectorEnv(VectorEnv):
         )
         self.num_envs = num_envs
         self.render_mode = None
-        self.metadata = {**type(self).metadata, "autoreset_mode": _autoreset(autoreset_mode)}
+        self.metadata = {
+            **type(self).metadata,
+            "autoreset_mode": parse_autoreset_mode(autoreset_mode),
+        }
         self._core = _EvaluationCore(self.data, top_k, num_envs)
         self.single_observation_space = self._core.observation_space()
         self.single_action_space = SlateSpace(self._core.num_candidates, top_k)
@@ -286,7 +290,7 @@ class LoggedEvaluationVectorEnv(VectorEnv):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Observation, dict[str, Any]]:
         super().reset(seed=seed)
-        mask = _reset_mask(options, self.num_envs, self._started)
+        mask = reset_mask(options, self.num_envs, started=self._started)
         if seed is not None or not self._started:
             self._core.shuffle(self.np_random)
         users = None if options is None else options.get("users")
@@ -317,7 +321,7 @@ class LoggedEvaluationVectorEnv(VectorEnv):
         rewards = np.where(active, scores["hit"], 0.0)
         terminated = active.copy()
         truncated = np.zeros(self.num_envs, dtype=bool)
-        info = _with_masks(
+        info = with_masks(
             {k: np.where(active, v, 0) for k, v in scores.items()}, self.num_envs, active
         )
         if resetting is not None and resetting.any():
@@ -333,35 +337,6 @@ class LoggedEvaluationVectorEnv(VectorEnv):
         elif mode == AutoresetMode.NEXT_STEP:
             self._autoreset = terminated.copy()
         return self._core.observation(), rewards, terminated, truncated, info
-
-
-def _autoreset(value: AutoresetMode | str) -> AutoresetMode:
-    try:
-        return AutoresetMode(value)
-    except ValueError as error:
-        valid = [m.value for m in AutoresetMode]
-        raise ValueError(f"autoreset_mode must be one of {valid}, got {value!r}") from error
-
-
-def _check_vector_args(num_envs: int, render_mode: str | None, max_steps: int | None) -> None:
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-        raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
-    if render_mode is not None:
-        raise ValueError("the logged-data vector envs do not render; use the single env")
-    if max_steps is not None and max_steps < 1:
-        raise ValueError(f"max_episode_steps must be >= 1 or None, got {max_steps}")
-
-
-def _reset_mask(options: dict[str, Any] | None, num_envs: int, started: bool) -> np.ndarray:
-    mask = None if options is None else options.get("reset_mask")
-    if mask is None:
-        return np.ones(num_envs, dtype=bool)
-    mask = np.asarray(mask)
-    if mask.dtype != np.bool_ or mask.shape != (num_envs,):
-        raise ValueError(f"reset_mask must be a bool array of shape ({num_envs},)")
-    if not started and not mask.all():
-        raise ValueError("the first reset must reset every env (omit reset_mask)")
-    return mask
 
 
 # --------------------------------------------------------------------------------------------
@@ -712,7 +687,7 @@ class LoggedInteractionVectorEnv(_InteractionStepper, VectorEnv):
         max_episode_steps: int | None = None,
         render_mode: str | None = None,
     ) -> None:
-        _check_vector_args(num_envs, render_mode, max_episode_steps)
+        check_vector_args(num_envs, render_mode, max_episode_steps, who=type(self).__name__)
         self.data = load_prepared(
             dataset,
             data_dir,
@@ -723,7 +698,10 @@ class LoggedInteractionVectorEnv(_InteractionStepper, VectorEnv):
         self.num_envs = num_envs
         self.render_mode = None
         self.max_steps = max_episode_steps if max_episode_steps is not None else max_steps
-        self.metadata = {**type(self).metadata, "autoreset_mode": _autoreset(autoreset_mode)}
+        self.metadata = {
+            **type(self).metadata,
+            "autoreset_mode": parse_autoreset_mode(autoreset_mode),
+        }
         self.core = _InteractionCore(
             self.data,
             num_envs=num_envs,
@@ -743,7 +721,7 @@ class LoggedInteractionVectorEnv(_InteractionStepper, VectorEnv):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Observation, dict[str, Any]]:
         super().reset(seed=seed)
-        mask = _reset_mask(options, self.num_envs, self._started)
+        mask = reset_mask(options, self.num_envs, started=self._started)
         users = None if options is None else options.get("users")
         if users is not None:
             users = np.asarray(users).reshape(-1)
@@ -777,7 +755,7 @@ class LoggedInteractionVectorEnv(_InteractionStepper, VectorEnv):
             for i in np.flatnonzero(resetting):
                 self.core.reset_slot(self.np_random, i, None)
         rewards, terminated, truncated, info = self._step_slots(self.np_random, slates, active)
-        info = _with_masks(info, self.num_envs)
+        info = with_masks(info, self.num_envs)
         done = terminated | truncated
         if mode == AutoresetMode.SAME_STEP and done.any():
             info["final_obs"] = self.core.observation()

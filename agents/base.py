@@ -1,21 +1,58 @@
-"""The slate-agent interface: what any recommender must implement to run in fedrec's loops.
+"""The slate-agent interface: what any recommender implements to run in fedrec's loops.
 
 A slate agent maps observations to slates, i.e. arrays of distinct candidate indices. The batched
-method is the primary one (environments are batched), and the single-observation method is
-derived from it. Learning agents extend this with ``learn``/``state_dict`` (see the SlateQ work);
-fixed policies (random, myopic, optimal planner, popularity) need only ``act_batch``.
+method is the primary one (environments are batched); the single-observation method is derived
+from it. The interface has four parts, of which only the first is required:
+
+* ``act_batch`` -- the agent's own (greedy, evaluation) slates;
+* ``explore_batch`` -- the behaviour policy while training (default: ``act_batch``);
+* ``learn`` -- consume a batch of transitions and update (default: nothing to learn);
+* ``state_dict`` / ``load_state_dict`` -- everything needed to resume bit-for-bit (default: the
+  agent's random generator state).
+
+Fixed policies (random, myopic, optimal planner, popularity) need only ``act_batch``. To be built
+by name from the command line (``fedrec train``), an agent also defines a ``Config`` dataclass
+(one field per hyperparameter, with a ``help`` entry in the field metadata) and a
+``from_env(env, *, config, seed)`` class method; see ``README.md``, "Plug in your own agent".
 """
 
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 Observation = Mapping[str, np.ndarray]
 Info = Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Transitions:
+    """One vector-env step for B users: ``(s, A, r, s', terminated, truncated)``.
+
+    ``next_observations`` holds the *true* next observation of every user, also where the episode
+    ended (the loop takes it from the env's ``final_obs``), so ``terminated`` means "no
+    bootstrap" and ``truncated`` means "bootstrap from ``next_observations``".
+    """
+
+    observations: Mapping[str, np.ndarray]
+    slates: np.ndarray
+    rewards: np.ndarray
+    next_observations: Mapping[str, np.ndarray]
+    terminated: np.ndarray
+    truncated: np.ndarray
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.slates.shape[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class NoConfig:
+    """Agents without hyperparameters."""
 
 
 class SlateAgent(abc.ABC):
@@ -24,6 +61,9 @@ class SlateAgent(abc.ABC):
     Subclasses implement :meth:`act_batch`. Observations are the env's Dict observations with a
     leading batch axis (as returned by a vector env); ``infos`` is the env's info dict of arrays.
     """
+
+    #: Hyperparameters, for construction by name (``fedrec train``); a frozen dataclass.
+    Config: ClassVar[type] = NoConfig
 
     #: Number of items per slate.
     slate_size: int
@@ -34,6 +74,16 @@ class SlateAgent(abc.ABC):
         self.slate_size = slate_size
         self.rng = np.random.default_rng(seed)
 
+    @classmethod
+    def from_env(cls, env: Any, *, config: Any = None, seed: int | None = None) -> SlateAgent:
+        """Build the agent for ``env`` (a Gymnasium env or vector env) with ``config``.
+
+        The default reads the slate size from the env's action space; agents that need more of
+        the env (its parameters, its data) override this.
+        """
+        del config
+        return cls(slate_size=slate_size_of(env), seed=seed)
+
     def reset(self, *, seed: int | None = None) -> None:
         """Reseed the agent's own randomness (exploration, tie-breaking)."""
         self.rng = np.random.default_rng(seed)
@@ -41,6 +91,23 @@ class SlateAgent(abc.ABC):
     @abc.abstractmethod
     def act_batch(self, observations: Observation, *, infos: Info | None = None) -> np.ndarray:
         """Slates for a batch of observations: int64 array of shape (B, slate_size)."""
+
+    def explore_batch(self, observations: Observation, *, infos: Info | None = None) -> np.ndarray:
+        """Slates of the behaviour policy used while training (e.g. epsilon-greedy)."""
+        return self.act_batch(observations, infos=infos)
+
+    def learn(self, transitions: Transitions) -> dict[str, float]:
+        """Consume one step of experience for B users; return training metrics (may be empty)."""
+        del transitions
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume exactly: parameters, optimiser, buffers, RNG states."""
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        self.rng.bit_generator.state = state["rng"]
 
     def act(self, observation: Observation, *, info: Info | None = None) -> np.ndarray:
         """The slate for one (unbatched) observation: int64 array of shape (slate_size,)."""
@@ -54,3 +121,20 @@ class SlateAgent(abc.ABC):
 def batch_size_of(observations: Observation) -> int:
     """Number of users in a batched observation (leading axis of its ``candidates``)."""
     return int(np.asarray(observations["candidates"]).shape[0])
+
+
+def slate_size_of(env: Any) -> int:
+    """Slate size of a (vector) env, read from its single-user action space."""
+    space = getattr(env, "single_action_space", None) or env.action_space
+    shape = getattr(space, "shape", None)
+    if not shape:
+        raise ValueError(f"cannot read a slate size from action space {space!r}")
+    return int(shape[-1])
+
+
+def random_slates(
+    rng: np.random.Generator, num_users: int, num_candidates: int, k: int
+) -> np.ndarray:
+    """Uniformly random slates of k distinct candidates for each of ``num_users`` users."""
+    keys = rng.random((num_users, num_candidates))
+    return np.argsort(keys, axis=1)[:, :k].astype(np.int64)

@@ -58,6 +58,12 @@ class _ValueGreedyPolicy(SlateAgent):
         self.params = params
         self.model = ChocKaleModel(params)
 
+    @classmethod
+    def from_env(cls, env: Any, *, config: Any = None, seed: int | None = None) -> SlateAgent:
+        """Build for a Choc-vs-Kale env (the oracle needs the env's true parameters)."""
+        del config
+        return cls(env_params(env), seed=seed)
+
     def _choose(
         self, features: np.ndarray, values: np.ndarray, null_value: np.ndarray
     ) -> np.ndarray:

@@ -33,7 +33,7 @@ def _threads_default() -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (every command registers itself here)."""
-    from fedrec import cli_bench, cli_demo, cli_envs
+    from fedrec import cli_bench, cli_demo, cli_envs, cli_eval, cli_train
 
     parser = argparse.ArgumentParser(
         prog="fedrec",
@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"fedrec {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (cli_envs, cli_demo, cli_bench):
+    for module in (cli_envs, cli_demo, cli_train, cli_eval, cli_bench):
         module.add_parser(subparsers)
     for optional in ("fedrec.cli_data",):
         try:

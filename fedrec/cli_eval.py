@@ -1,0 +1,153 @@
+"""``fedrec eval RUN_DIR...``: ETROR, optimal reward, plateau and final evaluation of training runs.
+
+Loads each run directory (``config.json``, ``episodes.csv``, optional ``final_eval.json``; a folder
+of run directories expands to its runs), groups seeds of the same experiment, prints one table row
+per group and return series (mean ± 95% CI across seeds) and writes a learning-curve PNG. The
+definitions are in ``docs/metrics.md`` and :mod:`fedrec.eval.etror`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from fedrec.eval.etror import Estimate, GroupSummary, aggregate, find_runs, load_run
+from fedrec.eval.paper_numbers import SETTINGS, SOURCE, paper_reference, setting_of
+
+PAPER_CHOICES = ("auto", "none", *SETTINGS)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "eval",
+        help="ETROR, optimal reward and final evaluation of training runs, with learning curves",
+        description="Summarise training run directories: per group of seeds and return series, "
+        "ETROR (episodes to reach the optimal reward), the paper-style optimal reward (max of "
+        "the logged moving average; biased upwards), the plateau (mean of the curve's last "
+        "20%%), the final greedy evaluation, the planner and random means and the regret, as "
+        "mean ± 95%% t-interval across seeds. Writes a learning-curve PNG. "
+        "Definitions: docs/metrics.md.",
+    )
+    parser.add_argument(
+        "runs", nargs="+", metavar="RUN_DIR", help="run directories (or folders of them)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="PNG path (default: RUN_DIR/../learning_curves.png)"
+    )
+    parser.add_argument("--log-every", type=int, default=20, help="curve logging period")
+    parser.add_argument("--window", type=int, default=100, help="moving-average window")
+    parser.add_argument("--tail", type=float, default=0.2, help="fraction of the run for plateau")
+    parser.add_argument(
+        "--tolerance", type=float, default=0.01, help="ETROR tolerance (relative unless --absolute)"
+    )
+    parser.add_argument(
+        "--absolute", action="store_true", help="the tolerance is in return units, not relative"
+    )
+    parser.add_argument(
+        "--target", type=float, default=None, help="also report ETROR to this fixed return"
+    )
+    parser.add_argument(
+        "--paper",
+        choices=PAPER_CHOICES,
+        default="auto",
+        help="FedSlate paper columns: auto = match each group's N x n and agent; a setting "
+        "forces it; none hides them",
+    )
+    parser.add_argument(
+        "--scenario",
+        choices=("basic", "sparse_team"),
+        default="basic",
+        help="which of the paper's experiments to compare with",
+    )
+    parser.add_argument("--no-plot", action="store_true", help="print the table only")
+    parser.set_defaults(handler=run)
+
+
+def _cell(estimate: Estimate | None, *, digits: int = 1, unit: str = "seeds") -> str:
+    return "–" if estimate is None else estimate.format(digits, unit=unit)
+
+
+def _paper(group: GroupSummary, series: str, args: argparse.Namespace) -> dict[str, str]:
+    if args.paper == "none":
+        return {}
+    setting = args.paper if args.paper != "auto" else setting_of(group.env_id, group.env_kwargs)
+    if setting is None:
+        return {}
+    numbers = paper_reference(
+        algorithm=group.agent, setting=setting, series=series, scenario=args.scenario
+    )
+    return {metric: str(number) for metric, number in numbers.items()}
+
+
+def run(args: argparse.Namespace) -> int:
+    runs = [load_run(path) for path in find_runs(args.runs)]
+    groups = aggregate(
+        runs,
+        log_every=args.log_every,
+        window=args.window,
+        tail=args.tail,
+        tolerance=args.tolerance,
+        relative=not args.absolute,
+        target=args.target,
+    )
+    console = Console(width=None if sys.stdout.isatty() else 220)
+    tolerance = f"{args.tolerance:g}" if args.absolute else f"{100 * args.tolerance:g}%"
+    table = Table(
+        title=f"Training runs: mean ± 95% CI across seeds (curve: mean of last {args.window} "
+        f"episodes every {args.log_every}; ETROR tolerance {tolerance})"
+    )
+    rows = []
+    for group in groups:
+        for name, summary in group.series.items():
+            rows.append((group, name, summary, _paper(group, name, args)))
+    show_paper = any(paper for *_, paper in rows)
+    show_target = args.target is not None
+    columns = ["group", "series", "seeds", "ETROR", "ETROR→plateau"]
+    columns += [f"ETROR→{args.target:g}"] if show_target else []
+    columns += ["optimal (paper-style)", "plateau", "final greedy eval", "planner"]
+    columns += ["regret", "random"]
+    columns += ["paper ETROR", "paper optimal", "paper random"] if show_paper else []
+    for column in columns:
+        text = column in ("group", "series")
+        table.add_column(column, justify="left" if text else "right", no_wrap=text)
+    for group, name, summary, paper in rows:
+        etror = {"digits": 0, "unit": "reached"}
+        cells = [group.label, name, str(summary.seeds)]
+        cells += [_cell(summary.etror, **etror), _cell(summary.etror_plateau, **etror)]
+        cells += [_cell(summary.etror_target, **etror)] if show_target else []
+        cells += [_cell(summary.optimal_reward), _cell(summary.plateau), _cell(summary.final)]
+        cells += [_cell(summary.planner), _cell(summary.regret), _cell(summary.random)]
+        if show_paper:
+            cells += [paper.get(m, "–") for m in ("etror", "optimal_reward", "random_mean")]
+        table.add_row(*cells)
+    console.print(table)
+    notes = [
+        "optimal = max of the noisy curve (biased upwards, for comparison with the papers); "
+        f"plateau = mean of the curve over the last {100 * args.tail:g}% of the run; "
+        "final greedy eval, planner, random: held-out episodes (final_eval.json); "
+        "regret = planner - agent. One seed: final-eval CIs are over held-out episodes."
+    ]
+    if show_paper:
+        notes.append(f"paper: {SOURCE} (scenario {args.scenario}).")
+    short = [
+        f"{g.label}: {s.series} has {max(c.total_episodes for c in s.per_run)} episodes "
+        f"(< window {args.window})"
+        for g in groups
+        for s in g.series.values()
+        if s.per_run and all(math.isnan(c.optimal_reward) for c in s.per_run)
+    ]
+    notes += [f"no curve: {text}" for text in short]
+    for note in notes:
+        console.print(note, highlight=False)
+    if not args.no_plot:
+        from fedrec.eval.plots import plot_learning_curves
+
+        out = args.out or Path(runs[0].path).resolve().parent / "learning_curves.png"
+        written = plot_learning_curves(groups, out, window=args.window)
+        console.print(f"learning curves: {written}", highlight=False, soft_wrap=True)
+    return 0

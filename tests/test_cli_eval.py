@@ -1,0 +1,123 @@
+"""`fedrec eval RUN_DIR...` end to end on generated run directories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedrec.cli import main
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _write_run(path: Path, columns: dict[str, np.ndarray], config: dict, final: dict | None):
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(config))
+    names = list(columns)
+    rows = ["episode,step," + ",".join(names) + ",length"]
+    for i in range(len(columns[names[0]])):
+        values = ",".join(f"{columns[n][i]:.3f}" for n in names)
+        rows.append(f"{i + 1},{61 * (i + 1)},{values},61")
+    (path / "episodes.csv").write_text("\n".join(rows) + "\n")
+    if final is not None:
+        (path / "final_eval.json").write_text(json.dumps(final))
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Path:
+    """Two agents x two seeds on the 100/10 setting, with final evaluations."""
+    rng = np.random.default_rng(0)
+    common = rng.standard_normal(50)  # the held-out episodes: the same in every run
+    common -= common.mean()
+    env_kwargs = {"num_candidates": 100, "slate_size": 10}
+    for agent, step in (("slateq", 400), ("fedslate", 200)):
+        for seed in (0, 1):
+            returns = np.r_[np.full(step, 950.0), np.full(1000 - step, 1100.0)]
+            returns += rng.standard_normal(1000)
+
+            def entry(mean: float) -> dict:
+                values = (mean + 160 * common).tolist()
+                return {"mean": float(np.mean(values)), "half_width": 44.0, "returns": values}
+
+            final = {
+                "episodes": 50,
+                "seed": 1000000,
+                "policies": {
+                    "agent": entry(1100.0),
+                    "random": entry(945.0),
+                    "myopic": entry(1090.0),
+                    "planner": entry(1120.0),
+                },
+            }
+            config = {
+                "agent": agent,
+                "env_id": "fedrec/ChocKaleSlate-v0",
+                "seed": seed,
+                "episodes": 1000,
+                "num_envs": 16,
+                "env_kwargs": env_kwargs,
+                "agent_config": {},
+            }
+            _write_run(tmp_path / "runs" / f"{agent}-{seed}", {"return": returns}, config, final)
+    return tmp_path / "runs"
+
+
+def test_eval_prints_the_table_and_writes_the_plot(
+    runs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dirs = sorted(str(p) for p in runs.iterdir())
+    assert main(["eval", *dirs]) == 0
+    out = capsys.readouterr().out
+    png = runs / "learning_curves.png"
+    assert png.read_bytes()[:8] == PNG_MAGIC
+    assert str(png) in out.replace("\n", "")
+    lines = {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") > 5}
+    fedslate, slateq = lines["fedslate ChocKaleSlate-v0"], lines["slateq ChocKaleSlate-v0"]
+    # step at episode s -> ETROR s + 100 in both seeds (zero spread); paper columns beside ours
+    assert "300 ± 0" in fedslate and "500 ± 0" in slateq
+    assert "2340" in fedslate and "3400" in slateq and "1115.1" in slateq
+    assert "1120.0 ± 0.0" in slateq  # the planner on the same held-out episodes in both seeds
+    assert "20.0 ± 0.0" in slateq  # paired regret
+    assert "945.0" in slateq
+
+
+def test_eval_expands_a_folder_and_multi_platform(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = np.random.default_rng(1)
+    columns = {
+        "return/platform_a": 1000 + 160 * rng.standard_normal(400),
+        "return/platform_b": 900 + 160 * rng.standard_normal(400),
+    }
+    config = {"agent": "fedslate", "env_id": "fedrec/ChocKaleMultiPlatform-v0", "seed": 3}
+    final = {
+        "episodes": 3,
+        "seed": 1000000,
+        "policies": {"agent": {"platform_a": {"mean": 1001.5}, "platform_b": {"mean": 899.5}}},
+    }
+    _write_run(tmp_path / "mp" / "seed3", columns, config, final)
+    out_png = tmp_path / "plots" / "curves.png"
+    code = main(["eval", str(tmp_path / "mp"), "--out", str(out_png), "--paper", "none"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert out_png.read_bytes()[:8] == PNG_MAGIC
+    assert "return/platform_a" in out and "return/platform_b" in out
+    assert "1001.5" in out and "899.5" in out and "paper ETROR" not in out
+
+
+def test_eval_errors_exit_2_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text(json.dumps({"agent": "slateq", "env_id": "e"}))
+    (bad / "episodes.csv").write_text("episode,step,length\n1,61,61\n")
+    assert main(["eval", str(bad), str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert "fedrec eval: error:" in err and str(bad / "episodes.csv") in err
+    assert "missing column(s) return or return/<platform>" in err
+    assert main(["eval", str(tmp_path / "nope")]) == 2
+    assert "does not exist" in capsys.readouterr().err

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The SlateQ proof runs of the README (issue 3): SlateQ at (N, n) = (100, 10) on ChocKaleSlate-v0,
+# and SlateQ (gamma 0.9) against its myopic variant (gamma 0) on ChocKaleLongTerm-v0, 3 seeds each,
+# with default hyperparameters. Writes run directories under results/slateq/ and prints the tables.
+# Usage: bash benchmarks/slateq_proof.sh [SEEDS...]   (default seeds 0 1 2)
+set -euo pipefail
+export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE
+FEDREC=${FEDREC:-.venv/bin/fedrec}
+OUT=${OUT:-results/slateq}
+SEEDS=("${@:-0 1 2}")
+for seed in ${SEEDS[@]}; do
+  $FEDREC train slateq --env fedrec/ChocKaleSlate-v0 --env-kwarg num_candidates=100 \
+    --env-kwarg slate_size=10 --episodes 5000 --seed "$seed" --no-progress \
+    --out "$OUT/slate-100x10/slateq-seed$seed"
+done
+for seed in ${SEEDS[@]}; do
+  for gamma in 0.9 0; do
+    $FEDREC train slateq --env fedrec/ChocKaleLongTerm-v0 --episodes 3000 --seed "$seed" \
+      --gamma "$gamma" --no-progress --out "$OUT/longterm-10x3/slateq-gamma$gamma-seed$seed"
+  done
+done
+$FEDREC eval "$OUT"/slate-100x10/* --out "$OUT/slate-100x10/learning_curves.png"
+$FEDREC eval "$OUT"/longterm-10x3/* --out "$OUT/longterm-10x3/learning_curves.png"

@@ -15,8 +15,10 @@ import fedrec
 from fedrec.agents.logged_baselines import PopularityAgent, RandomAgent
 from fedrec.cli import main
 from fedrec.envs.datasets.catalog import DatasetNotFoundError
+from fedrec.envs.datasets.environments import _InteractionCore
 from fedrec.envs.datasets.registry import LOGGED_DATA_ENVIRONMENTS
 from fedrec.envs.datasets.synthetic import write_synthetic
+from fedrec.envs.datasets.taobao import TaobaoAdsVectorEnv
 from fedrec.eval.ranking_metrics import (
     auc,
     collect_scores,
@@ -260,3 +262,255 @@ def test_cli_info_and_baselines(data_dir: Path, capsys: pytest.CaptureFixture[st
     assert "popularity" in capsys.readouterr().out
     assert main(["data", "info", "lastfm-2k", "--dir", str(data_dir / "nowhere")]) == 2
     assert "fedrec data fetch lastfm-2k" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# Interaction mode: the batched core (numpy over users)
+
+
+def _core(data_dir: Path, num_envs: int, **kwargs: object) -> _InteractionCore:
+    env = gym.make_vec(ML, num_envs=1, data_dir=data_dir).unwrapped
+    defaults = {"num_candidates": 20, "slate_size": 5, "positives_per_step": 2, "split": "train"}
+    return _InteractionCore(env.data, num_envs=num_envs, **{**defaults, **kwargs})
+
+
+@pytest.mark.parametrize("positives_per_step", [2, None])
+def test_candidate_draw_is_uniform_and_excludes_recommended(
+    data_dir: Path, positives_per_step: int | None
+) -> None:
+    b = 3000
+    core = _core(data_dir, b, positives_per_step=positives_per_step)
+    rng = np.random.default_rng(0)
+    core.reset_slots(rng, np.arange(b), np.full(b, 3), draw=False)
+    taken = np.random.default_rng(1).choice(core.data.num_items, 150, replace=False)
+    core.recommended[:, taken] = True  # as if recommended earlier in the episode
+    is_pos = core.chrono[0] >= 0
+    core.positives_left[:] = int((is_pos & ~core.recommended[0]).sum())
+    core.items_left[:] = int((~core.recommended[0]).sum())
+    core.draw_candidates(rng, np.arange(b))
+    cands = core.candidates
+    assert (np.sort(cands, axis=1)[:, 1:] != np.sort(cands, axis=1)[:, :-1]).all()  # distinct
+    assert not core.recommended[0, cands].any()
+    pool = (
+        (~core.recommended[0]) if positives_per_step is None else (~core.recommended[0] & ~is_pos)
+    )
+    if positives_per_step is not None:
+        expected = min(2, int(core.positives_left[0]))
+        assert (is_pos[cands].sum(axis=1) == expected).all()
+        # shuffled: a positive sits in column 0 with probability expected / 20
+        share = is_pos[cands[:, 0]].mean()
+        assert abs(share - expected / 20) < 5 * np.sqrt(expected / 20 / b)
+        cands = np.where(is_pos[cands], -1, cands)
+    counts = np.bincount(cands[cands >= 0], minlength=core.data.num_items)[pool]
+    mean = counts.mean()
+    assert np.abs(counts - mean).max() < 6 * np.sqrt(mean)  # uniform over the allowed items
+
+
+def test_candidate_draw_falls_back_exactly_when_few_items_are_left(data_dir: Path) -> None:
+    b = 2000
+    core = _core(data_dir, b, num_candidates=10, positives_per_step=2)
+    rng = np.random.default_rng(0)
+    core.reset_slots(rng, np.arange(b), np.full(b, 5), draw=False)
+    is_pos = core.chrono[0] >= 0
+    keep = np.concatenate([np.flatnonzero(is_pos)[:3], np.flatnonzero(~is_pos)[:9]])
+    core.recommended[:] = True
+    core.recommended[:, keep] = False  # 3 positives and 9 others left: 2 + 8 must be found
+    core.positives_left[:], core.items_left[:] = 3, 12
+    core.draw_candidates(rng, np.arange(b))
+    cands = core.candidates
+    assert np.isin(cands, keep).all() and (is_pos[cands].sum(axis=1) == 2).all()
+    counts = np.bincount(cands.ravel(), minlength=core.data.num_items)[keep]
+    np.testing.assert_allclose(counts[:3], b * 2 / 3, atol=5 * np.sqrt(b))
+    np.testing.assert_allclose(counts[3:], b * 8 / 9, atol=5 * np.sqrt(b))
+
+
+@pytest.mark.parametrize("positives_per_step", [2, None])
+def test_interaction_single_and_vector_agree_over_episodes(
+    data_dir: Path, positives_per_step: int | None
+) -> None:
+    kwargs = {
+        "data_dir": data_dir,
+        "num_candidates": 8,
+        "slate_size": 3,
+        "max_steps": 4,
+        "positives_per_step": positives_per_step,
+    }
+    single = gym.make(ML, **kwargs)
+    vector = gym.make_vec(ML, num_envs=1, **kwargs)
+    obs_s, _ = single.reset(seed=2)
+    obs_v, _ = vector.reset(seed=2)
+    rng = np.random.default_rng(0)
+    episodes = 0
+    while episodes < 6:
+        for key in obs_s:
+            np.testing.assert_array_equal(obs_s[key], obs_v[key][0])
+        slate = rng.choice(8, 3, replace=False)
+        obs_s, r_s, term, trunc, info_s = single.step(slate)
+        obs_v, r_v, term_v, trunc_v, info_v = vector.step(slate[None])
+        assert (r_s, term, trunc) == (r_v[0], term_v[0], trunc_v[0])
+        for key, value in info_s.items():
+            assert value == info_v[key][0]
+        if term or trunc:
+            episodes += 1
+            obs_s, _ = single.reset()
+            obs_v, rewards, term_v, trunc_v, info_v = vector.step(slate[None])  # autoreset step
+            assert rewards[0] == 0 and not term_v[0] and not trunc_v[0]
+            assert not info_v["_consumed_item"][0]
+
+
+def test_interaction_vector_autoreset_modes(data_dir: Path) -> None:
+    kwargs = {"data_dir": data_dir, "num_candidates": 8, "slate_size": 2, "max_steps": 2}
+    slates = np.tile(np.arange(2), (3, 1))
+    envs = gym.make_vec(ML, num_envs=3, autoreset_mode="SameStep", **kwargs)
+    obs, _ = envs.reset(seed=0, options={"users": [1, 2, 3]})
+    assert obs["user_id"][:, 0].tolist() == [1, 2, 3]
+    envs.step(slates)
+    obs, _, terminated, truncated, info = envs.step(slates)
+    assert (truncated | terminated).all() and info["_final_obs"].all()
+    assert info["final_obs"]["user_id"][:, 0].tolist() == [1, 2, 3]
+    assert (obs["last_slate"] == -1).all()  # fresh episodes
+    envs = gym.make_vec(ML, num_envs=3, autoreset_mode="Disabled", **kwargs)
+    mask = np.array([True, False, False])
+    with pytest.raises(ValueError, match="first reset"):
+        envs.reset(seed=0, options={"reset_mask": mask})
+    before, _ = envs.reset(seed=0)
+    envs.step(slates)
+    obs, _ = envs.reset(options={"reset_mask": mask, "users": [7]})
+    assert obs["user_id"][:, 0].tolist() == [7, *before["user_id"][1:, 0].tolist()]
+    assert (obs["last_slate"][0] == -1).all() and (obs["last_slate"][1:] >= 0).all()
+    with pytest.raises(ValueError, match="one user per reset env"):
+        envs.reset(options={"reset_mask": mask, "users": [7, 8]})
+
+
+# ---------------------------------------------------------------------------------------------
+# Taobao: the native vector env
+
+
+TAOBAO = "fedrec/TaobaoAds-v0"
+
+
+def test_taobao_make_vec_is_native(data_dir: Path) -> None:
+    envs = gym.make_vec(TAOBAO, num_envs=4, data_dir=data_dir)
+    assert isinstance(envs, TaobaoAdsVectorEnv)
+    assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
+    obs, _ = envs.reset(seed=0)
+    assert obs in envs.observation_space and envs.action_space.shape == (4, 1)
+
+
+def test_taobao_single_and_vector_agree_over_episodes(data_dir: Path) -> None:
+    single = gym.make(TAOBAO, data_dir=data_dir, split="all")
+    vector = gym.make_vec(TAOBAO, num_envs=1, data_dir=data_dir, split="all")
+    obs_s, _ = single.reset(seed=4)
+    obs_v, _ = vector.reset(seed=4)
+    rng = np.random.default_rng(0)
+    episodes, users = 0, []
+    while episodes < 8:
+        for key in obs_s:
+            np.testing.assert_array_equal(obs_s[key], obs_v[key][0])
+        users.append(int(obs_s["user_id"][0]))
+        score = rng.random(1).astype(np.float32)
+        obs_s, r_s, term, trunc, info_s = single.step(score)
+        obs_v, r_v, term_v, trunc_v, info_v = vector.step(score[None])
+        assert (r_s, term, trunc) == (r_v[0], term_v[0], trunc_v[0])
+        for key, value in info_s.items():
+            np.testing.assert_array_equal(value, info_v[key][0])
+            assert info_v[f"_{key}"][0]
+        if term:
+            episodes += 1
+            obs_s, _ = single.reset()
+            obs_v, rewards, term_v, _, info_v = vector.step(score[None])  # NEXT_STEP autoreset
+            assert rewards[0] == 0 and not term_v[0] and not info_v["_reward"][0]
+    assert len(set(users)) == 8  # the sweep: a new user every episode
+
+
+def test_taobao_vector_sweep_autoreset_and_truncation(data_dir: Path) -> None:
+    data = gym.make(TAOBAO, data_dir=data_dir, split="all").unwrapped.data
+    u = data.num_users
+    lengths = np.diff(data.indptr)
+    # SAME_STEP, one slot per user: every impression once, final_obs = the user's last impression
+    envs = gym.make_vec(
+        TAOBAO, num_envs=u, data_dir=data_dir, split="all", autoreset_mode="SameStep"
+    )
+    obs, _ = envs.reset(seed=1)
+    assert sorted(obs["user_id"][:, 0].tolist()) == list(range(u))
+    first_user = obs["user_id"][:, 0].copy()
+    finished, shown, clicks = np.zeros(u, bool), 0, 0.0
+    for _ in range(int(lengths.max())):
+        obs, rewards, terminated, truncated, info = envs.step(np.zeros((u, 1), np.float32))
+        assert not truncated.any()
+        live = ~finished
+        shown += int(live.sum())
+        clicks += float(rewards[live].sum())
+        if terminated.any():
+            ends = terminated & ~finished  # the first episode of these slots ends
+            last = data.indptr[first_user[ends] + 1] - 1
+            np.testing.assert_array_equal(info["final_obs"]["user_id"][ends, 0], data.user[last])
+            np.testing.assert_array_equal(
+                info["final_obs"]["ad_features"][ends], data.ad_features[last]
+            )
+            new_users = obs["user_id"][terminated, 0]  # the next users of the sweep, from the start
+            np.testing.assert_array_equal(
+                obs["ad_features"][terminated], data.ad_features[data.indptr[new_users]]
+            )
+        finished |= terminated
+    assert finished.all() and shown == len(data.clicks) and clicks == data.clicks.sum()
+    # NEXT_STEP with truncation after 2 impressions
+    envs = gym.make_vec(TAOBAO, num_envs=3, data_dir=data_dir, split="all", max_episode_steps=2)
+    envs.reset(seed=0, options={"users": [0, 1, 2]})
+    envs.step(np.zeros((3, 1)))
+    _, _, terminated, truncated, _ = envs.step(np.zeros((3, 1)))
+    assert (terminated | truncated).all()
+    assert (truncated == (lengths[:3] > 2)).all()
+    obs, rewards, terminated, truncated, info = envs.step(np.full((3, 1), np.nan))  # ignored
+    assert (rewards == 0).all() and not info["_action"].any()
+    # DISABLED: a finished env must be reset with reset_mask before stepping again
+    short, long = int(np.argmin(lengths)), int(np.argmax(lengths))
+    envs = gym.make_vec(
+        TAOBAO, num_envs=2, data_dir=data_dir, split="all", autoreset_mode="Disabled"
+    )
+    envs.reset(seed=0, options={"users": [short, long]})
+    for _ in range(int(lengths[short])):
+        _, _, terminated, _, _ = envs.step(np.zeros((2, 1)))
+    assert terminated.tolist() == [True, False]
+    with pytest.raises(RuntimeError, match="reset them first"):
+        envs.step(np.zeros((2, 1)))
+    obs, _ = envs.reset(options={"reset_mask": np.array([True, False]), "users": [long]})
+    assert obs["user_id"][:, 0].tolist() == [long, long]
+    np.testing.assert_array_equal(
+        obs["ad_features"][1], data.ad_features[data.indptr[long] + int(lengths[short])]
+    )
+    envs.step(np.zeros((2, 1)))
+    with pytest.raises(ValueError, match="finite scores"):
+        envs.step(np.full((2, 1), np.inf))
+
+
+def test_taobao_auc_through_eval_matches_direct_computation(data_dir: Path) -> None:
+    env = gym.make(TAOBAO, data_dir=data_dir, split="all")
+    data = env.unwrapped.data
+
+    def scorer(obs: dict) -> float:
+        return float(obs["ad_price"][0])
+
+    scores, clicks = collect_scores(env, scorer, episodes=data.num_users)
+    labels = data.clicks
+    assert 0 < labels.sum() < len(labels)
+    pos, neg = data.ad_price[labels == 1], data.ad_price[labels == 0]
+    direct = ((pos[:, None] > neg[None]).sum() + 0.5 * (pos[:, None] == neg[None]).sum()) / (
+        len(pos) * len(neg)
+    )
+    assert auc(scores, clicks) == pytest.approx(direct)
+    # the same set through the vector env: one slot per user, each slot's first episode only
+    u = data.num_users
+    envs = gym.make_vec(
+        TAOBAO, num_envs=u, data_dir=data_dir, split="all", autoreset_mode="SameStep"
+    )
+    obs, _ = envs.reset(seed=0)
+    batch_scores, batch_clicks, done = [], [], np.zeros(u, bool)
+    while not done.all():
+        score = obs["ad_price"].astype(np.float64)
+        obs, rewards, terminated, _, _ = envs.step(score)
+        batch_scores.append(score[~done, 0])
+        batch_clicks.append(rewards[~done])
+        done |= terminated
+    assert sum(len(s) for s in batch_scores) == len(labels)
+    assert auc(np.concatenate(batch_scores), np.concatenate(batch_clicks)) == pytest.approx(direct)

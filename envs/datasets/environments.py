@@ -343,8 +343,37 @@ class LoggedEvaluationVectorEnv(VectorEnv):
 # Interaction mode
 
 
+def _first_distinct(
+    values: np.ndarray, accept: np.ndarray, sizes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the first ``sizes[r]`` distinct accepted ``values`` in column order, -1 padded.
+
+    Returns them as a (R, max(sizes)) array and a mask of the rows that had enough of them.
+    Kept in draw order, the distinct accepted values of i.i.d. uniform draws over a universe are
+    a uniformly random sample without replacement of its accepted part.
+    """
+    rows = len(values)
+    width = int(sizes.max(initial=0))
+    index = np.arange(rows)[:, None]
+    order = np.argsort(values, axis=1, kind="stable")
+    ordered = values[index, order]
+    first = np.ones(values.shape, dtype=bool)
+    first[index, order[:, 1:]] = ordered[:, 1:] != ordered[:, :-1]
+    keep = first & accept
+    rank = np.cumsum(keep, axis=1) - 1  # rank of each kept value among the row's kept ones
+    row, col = np.nonzero(keep & (rank < sizes[:, None]))
+    out = np.full((rows, width), -1, dtype=np.int64)
+    out[row, rank[row, col]] = values[row, col]
+    return out, rank[:, -1] + 1 >= sizes
+
+
 class _InteractionCore:
-    """Per-slot state of interaction-mode episodes (one user per slot)."""
+    """Interaction-mode state of ``num_envs`` slots (one user each), updated for many at once.
+
+    Every method takes an array of slot indices and works on all of them with numpy (no Python
+    loop over slots), so the single env (one slot) and the vector env run the same code and,
+    for ``num_envs=1``, consume the same random numbers.
+    """
 
     def __init__(
         self,
@@ -368,6 +397,7 @@ class _InteractionCore:
         self.slate_size = slate_size
         self.positives_per_step = positives_per_step
         self.split = split
+        self.has_ratings = not np.isnan(data.ratings).all()
         n_items = data.num_items
         self.users = np.zeros(num_envs, dtype=np.int64)
         # chronological rank of each item among the user's positives (-1: not a positive)
@@ -378,6 +408,9 @@ class _InteractionCore:
         self.last_slate = np.full((num_envs, slate_size), -1, dtype=np.int64)
         self.last_click = np.zeros((num_envs, slate_size), dtype=np.float32)
         self.steps = np.zeros(num_envs, dtype=np.int64)
+        self.num_positives = np.zeros(num_envs, dtype=np.int64)  # the user's (train) positives
+        self.positives_left = np.zeros(num_envs, dtype=np.int64)  # unrecommended positives
+        self.items_left = np.zeros(num_envs, dtype=np.int64)  # unrecommended items
 
     def observation_space(self) -> spaces.Dict:
         d, c, n = self.data, self.num_candidates, self.slate_size
@@ -396,65 +429,122 @@ class _InteractionCore:
             )
         return spaces.Dict(entries)
 
-    def positives_of(self, user: int) -> np.ndarray:
-        items = self.data.positives(user)
-        return items[:-1] if self.split == "train" else items
+    def reset_slots(
+        self,
+        rng: np.random.Generator,
+        slots: np.ndarray,
+        users: np.ndarray | None = None,
+        *,
+        draw: bool = True,
+    ) -> None:
+        """Start new episodes in ``slots``: given users, else uniform draws (one per slot).
 
-    def reset_slot(self, rng: np.random.Generator, slot: int, user: int | None) -> None:
-        if user is None:
-            user = int(rng.integers(self.data.num_users))
-        if not 0 <= user < self.data.num_users:
-            raise ValueError(f"user must be in [0, {self.data.num_users}), got {user}")
-        self.users[slot] = user
-        self.chrono[slot] = -1
-        positives = self.positives_of(user)
-        self.chrono[slot, positives] = np.arange(len(positives))
-        self.recommended[slot] = False
-        self.consumed[slot] = False
-        self.last_slate[slot] = -1
-        self.last_click[slot] = 0.0
-        self.steps[slot] = 0
-        self.draw_candidates(rng, slot)
+        ``draw=False`` leaves the candidates to a later :meth:`draw_candidates` call.
+        """
+        d = self.data
+        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
+        if users is None:
+            users = rng.integers(d.num_users, size=len(slots))
+        users = np.asarray(users).reshape(-1)
+        if users.shape != slots.shape:
+            raise ValueError(f"users must list one user per reset env ({len(slots)})")
+        if users.size and (users.min() < 0 or users.max() >= d.num_users):
+            raise ValueError(f"user must be in [0, {d.num_users}), got {users.tolist()}")
+        users = users.astype(np.int64)
+        self.users[slots] = users
+        start = d.indptr[users]
+        length = d.indptr[users + 1] - start - (1 if self.split == "train" else 0)
+        length = np.maximum(length, 0)
+        within = np.arange(int(length.sum())) - np.repeat(np.cumsum(length) - length, length)
+        owner = np.repeat(slots, length)
+        items = d.items[np.repeat(start, length) + within]
+        self.chrono[slots] = -1
+        self.chrono[owner, items] = within
+        self.recommended[slots] = False
+        self.consumed[slots] = False
+        self.last_slate[slots] = -1
+        self.last_click[slots] = 0.0
+        self.steps[slots] = 0
+        self.num_positives[slots] = length
+        self.positives_left[slots] = length
+        self.items_left[slots] = d.num_items
+        if draw:
+            self.draw_candidates(rng, slots)
 
-    def draw_candidates(self, rng: np.random.Generator, slot: int) -> None:
-        """Fresh candidates: up to ``positives_per_step`` unrecommended positives, rest others."""
-        available = ~self.recommended[slot]
-        is_pos = self.chrono[slot] >= 0
-        pos = np.flatnonzero(available & is_pos)
-        neg = np.flatnonzero(available & ~is_pos)
-        c = self.num_candidates
-        if self.positives_per_step is None:
-            pool = np.flatnonzero(available)
-            chosen = rng.choice(pool, c, replace=False)
-        else:
-            k = min(self.positives_per_step, len(pos), c)
-            k = max(k, c - len(neg))
-            chosen = np.concatenate(
-                [rng.choice(pos, k, replace=False), rng.choice(neg, c - k, replace=False)]
-            )
-            chosen = chosen[rng.permutation(c)]
-        self.candidates[slot] = chosen
+    def draw_candidates(self, rng: np.random.Generator, slots: np.ndarray) -> None:
+        """Fresh candidates: up to ``positives_per_step`` unrecommended positives, rest others.
 
-    def exhausted(self, slot: int) -> bool:
+        Each group is a uniformly random subset of the slot's unrecommended items of that kind,
+        drawn for all ``slots`` at once: every slot draws ``2 * c + 16`` items with replacement
+        (uniformly from its user's positives, or from all items) and keeps the first distinct
+        ones of the right kind (:func:`_first_distinct`); the rare slot left short (few such
+        items remain) takes a prefix of a random order of them instead. The candidates are then
+        shuffled within each slot.
+        """
+        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
+        r = len(slots)
+        if r == 0:
+            return
+        d, c, n_items = self.data, self.num_candidates, self.data.num_items
+        if self.positives_per_step is None:  # one group: every unrecommended item
+            owner, sizes, high = slots, np.full(r, c), np.full(r, n_items)
+            from_positives = np.zeros(r, dtype=bool)
+        else:  # rows 0..r-1 draw the positives, rows r..2r-1 the other items
+            left = self.positives_left[slots]
+            k = np.minimum(left, min(self.positives_per_step, c))
+            k = np.maximum(k, c - (self.items_left[slots] - left))
+            owner, sizes = np.concatenate([slots, slots]), np.concatenate([k, c - k])
+            high = np.concatenate([self.num_positives[slots], np.full(r, n_items)])
+            from_positives = np.arange(2 * r) < r
+        width = int(sizes.max())
+        # floor(u * n) with a 53-bit uniform u: uniform on range(n) up to n / 2**53 (negligible),
+        # and several times faster than Generator.integers with per-row bounds
+        u = rng.random((len(owner), 2 * width + 16))
+        items = np.minimum((u * high[:, None]).astype(np.int64), np.maximum(high - 1, 0)[:, None])
+        if self.positives_per_step is not None:
+            start = d.indptr[self.users[slots]]
+            items[:r] = d.items[start[:, None] + items[:r]]
+        rows = owner[:, None]
+        accept = ~self.recommended[rows, items] & (high > 0)[:, None]
+        if self.positives_per_step is not None:
+            accept[r:] &= self.chrono[rows[r:], items[r:]] < 0
+        chosen, enough = _first_distinct(items, accept, sizes)
+        short = np.flatnonzero(~enough)
+        if short.size:  # exact fallback: a random order of the allowed items
+            allowed = ~self.recommended[owner[short]]
+            if self.positives_per_step is not None:
+                allowed &= (self.chrono[owner[short]] >= 0) == from_positives[short][:, None]
+            keys = rng.random((len(short), n_items))
+            keys[~allowed] = np.inf
+            best = np.argsort(keys, axis=1)[:, :width]
+            chosen[short] = np.where(np.arange(width) < sizes[short][:, None], best, -1)
+        if self.positives_per_step is not None:
+            chosen = np.concatenate([chosen[:r], chosen[r:]], axis=1)
+        self.candidates[slots] = rng.permuted(chosen[chosen >= 0].reshape(r, c), axis=1)
+
+    def exhausted(self, slots: np.ndarray) -> np.ndarray:
         """No unrecommended positive left, or too few items left to fill a candidate set."""
-        available = ~self.recommended[slot]
-        positives_left = bool((available & (self.chrono[slot] >= 0)).any())
-        return not positives_left or int(available.sum()) < self.num_candidates
+        return (self.positives_left[slots] == 0) | (self.items_left[slots] < self.num_candidates)
 
-    def respond(self, slot: int, slate: np.ndarray) -> tuple[int, int]:
-        """Consumed slot and item (-1, -1 if none) for a slate of candidate indices."""
-        items = self.candidates[slot, slate]
-        ranks = self.chrono[slot, items]
-        eligible = (ranks >= 0) & ~self.consumed[slot, items]
-        self.recommended[slot, items] = True
-        self.last_slate[slot] = items
-        self.last_click[slot] = 0.0
-        if not eligible.any():
-            return -1, -1
-        choice = int(np.argmin(np.where(eligible, ranks, np.iinfo(np.int64).max)))
-        self.consumed[slot, items[choice]] = True
-        self.last_click[slot, choice] = 1.0
-        return choice, int(items[choice])
+    def respond(self, slots: np.ndarray, slates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Consumed slot and item per slot (-1, -1 if none) for slates of candidate indices."""
+        rows = slots[:, None]
+        items = self.candidates[rows, slates]
+        ranks = self.chrono[rows, items]
+        fresh = ~self.recommended[rows, items]
+        eligible = (ranks >= 0) & ~self.consumed[rows, items]
+        self.recommended[rows, items] = True
+        self.items_left[slots] -= fresh.sum(axis=1)
+        self.positives_left[slots] -= (fresh & (ranks >= 0)).sum(axis=1)
+        self.last_slate[slots] = items
+        hit = eligible.any(axis=1)
+        choice = np.argmin(np.where(eligible, ranks, np.iinfo(np.int64).max), axis=1)
+        item = items[np.arange(len(slots)), choice]
+        clicks = np.zeros((len(slots), self.slate_size), dtype=np.float32)
+        clicks[np.flatnonzero(hit), choice[hit]] = 1.0
+        self.last_click[slots] = clicks
+        self.consumed[slots[hit], item[hit]] = True
+        return np.where(hit, choice, -1), np.where(hit, item, -1)
 
     def observation(self) -> Observation:
         d = self.data
@@ -470,57 +560,70 @@ class _InteractionCore:
             obs["candidate_features"] = d.item_features[self.candidates]
         return obs
 
-    def logged(self, slot: int, item: int) -> tuple[float, int]:
-        """The logged rating and timestamp of a consumed positive (0.0 and -1 for none)."""
-        if item < 0:
-            return 0.0, -1
-        user = int(self.users[slot])
-        start = self.data.indptr[user]
-        row = start + int(self.chrono[slot, item])
-        return float(self.data.ratings[row]), int(self.data.timestamps[row])
+    def logged(self, slots: np.ndarray, items: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Logged rating and timestamp of each consumed positive (0.0 and -1 for none)."""
+        hit = items >= 0
+        rank = self.chrono[slots, np.maximum(items, 0)]
+        rows = np.where(hit, self.data.indptr[self.users[slots]] + rank, 0)
+        rating = np.where(hit, self.data.ratings[rows], 0.0).astype(np.float64)
+        stamp = np.where(hit, self.data.timestamps[rows], -1).astype(np.int64)
+        return rating, stamp
 
 
 class _InteractionStepper:
-    """Shared step logic for the single and vector interaction envs."""
+    """Shared step logic for the single and vector interaction envs (no loop over slots)."""
 
     core: _InteractionCore
     max_steps: int | None
 
     def _step_slots(
-        self, rng: np.random.Generator, slates: np.ndarray, active: np.ndarray
+        self,
+        rng: np.random.Generator,
+        slates: np.ndarray,
+        active: np.ndarray,
+        fresh: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """Step the ``active`` slots, then draw candidates (one batched draw) for those still
+        running and for the ``fresh`` ones (just reset with ``draw=False``)."""
         core = self.core
         b = core.num_envs
-        rewards = np.zeros(b)
-        terminated = np.zeros(b, dtype=bool)
-        truncated = np.zeros(b, dtype=bool)
-        slot_of = np.full(b, -1, dtype=np.int64)
-        item_of = np.full(b, -1, dtype=np.int64)
-        rating = np.zeros(b)
-        stamp = np.full(b, -1, dtype=np.int64)
-        left = np.zeros(b, dtype=np.int64)
-        for i in np.flatnonzero(active):
-            slot, item = core.respond(i, slates[i])
-            slot_of[i], item_of[i] = slot, item
-            rewards[i] = 1.0 if slot >= 0 else 0.0
-            rating[i], stamp[i] = core.logged(i, item)
-            core.steps[i] += 1
-            terminated[i] = core.exhausted(i)
-            if not terminated[i]:
-                if self.max_steps is not None and core.steps[i] >= self.max_steps:
-                    truncated[i] = True
-                core.draw_candidates(rng, i)
-            available = ~core.recommended[i]
-            left[i] = int((available & (core.chrono[i] >= 0)).sum())
-        info = {
-            "consumed_slot": slot_of,
-            "consumed_item": item_of,
-            "logged_timestamp": stamp,
-            "positives_left": left,
+        everyone = bool(active.all())
+        slots = np.arange(b) if everyone else np.flatnonzero(active)
+        consumed_slot, consumed_item = core.respond(slots, slates if everyone else slates[slots])
+        rating, stamp = core.logged(slots, consumed_item)
+        core.steps[slots] += 1
+        ended = core.exhausted(slots)
+        if fresh is None and everyone:
+            core.draw_candidates(rng, np.flatnonzero(~ended))
+        else:
+            redraw = np.zeros(b, dtype=bool) if fresh is None else fresh.copy()
+            redraw[slots[~ended]] = True
+            core.draw_candidates(rng, np.flatnonzero(redraw))
+        truncated = np.zeros(len(slots), dtype=bool)
+        if self.max_steps is not None:
+            truncated = ~ended & (core.steps[slots] >= self.max_steps)
+        columns = {  # name: (values of the stepped slots, value for the others)
+            "consumed_slot": (consumed_slot, -1),
+            "consumed_item": (consumed_item, -1),
+            "logged_timestamp": (stamp, -1),
+            "positives_left": (core.positives_left[slots], 0),
         }
-        if not np.isnan(core.data.ratings).all():
-            info["logged_rating"] = rating
-        return rewards, terminated, truncated, info
+        if core.has_ratings:
+            columns["logged_rating"] = (rating, 0.0)
+        columns["rewards"] = ((consumed_slot >= 0).astype(np.float64), 0.0)
+        columns["terminated"] = (ended, False)
+        columns["truncated"] = (truncated, False)
+        out = {}
+        for key, (values, fill) in columns.items():
+            if everyone:
+                out[key] = values
+            else:  # slots not stepped (being autoreset): no reward, not done
+                out[key] = np.full(b, fill, dtype=values.dtype)
+                out[key][slots] = values
+        rewards, terminated, truncated = (
+            out.pop(k) for k in ("rewards", "terminated", "truncated")
+        )
+        return rewards, terminated, truncated, out
 
 
 _INTERACTION_ARGS = """``dataset``, ``data_dir=None``, ``num_candidates=20``, ``slate_size=5``,
@@ -578,7 +681,9 @@ class LoggedInteractionEnv(_InteractionStepper, gym.Env[Observation, np.ndarray]
         + """
 
     ## Vectorized environment
-    ``gymnasium.make_vec(id, num_envs=B)`` returns :class:`LoggedInteractionVectorEnv`.
+    ``gymnasium.make_vec(id, num_envs=B)`` returns :class:`LoggedInteractionVectorEnv`, which
+    steps all ``B`` users with numpy (no Python loop over users). This env runs the same
+    batched core with one slot, so ``num_envs=1`` reproduces it exactly for the same seed.
     """
     )
 
@@ -628,7 +733,8 @@ class LoggedInteractionEnv(_InteractionStepper, gym.Env[Observation, np.ndarray]
     ) -> tuple[Observation, dict[str, Any]]:
         super().reset(seed=seed)
         user = None if options is None else options.get("user")
-        self.core.reset_slot(self.np_random, 0, None if user is None else int(user))
+        slot = np.zeros(1, dtype=np.int64)
+        self.core.reset_slots(self.np_random, slot, None if user is None else [user])
         self._done = False
         return self._observation(), {}
 
@@ -723,12 +829,7 @@ class LoggedInteractionVectorEnv(_InteractionStepper, VectorEnv):
         super().reset(seed=seed)
         mask = reset_mask(options, self.num_envs, started=self._started)
         users = None if options is None else options.get("users")
-        if users is not None:
-            users = np.asarray(users).reshape(-1)
-            if users.shape != (int(mask.sum()),):
-                raise ValueError(f"users must list one user per reset env ({int(mask.sum())})")
-        for j, i in enumerate(np.flatnonzero(mask)):
-            self.core.reset_slot(self.np_random, i, None if users is None else int(users[j]))
+        self.core.reset_slots(self.np_random, np.flatnonzero(mask), users)
         self._autoreset[mask] = False
         self._started = True
         return self.core.observation(), {}
@@ -751,11 +852,12 @@ class LoggedInteractionVectorEnv(_InteractionStepper, VectorEnv):
             who="slates",
         )
         active = np.ones(self.num_envs, bool) if resetting is None else ~resetting
-        if resetting is not None:
-            for i in np.flatnonzero(resetting):
-                self.core.reset_slot(self.np_random, i, None)
-        rewards, terminated, truncated, info = self._step_slots(self.np_random, slates, active)
-        info = with_masks(info, self.num_envs)
+        if resetting is not None and resetting.any():  # their candidates come with the step's
+            self.core.reset_slots(self.np_random, np.flatnonzero(resetting), draw=False)
+        rewards, terminated, truncated, info = self._step_slots(
+            self.np_random, slates, active, fresh=resetting
+        )
+        info = with_masks(info, self.num_envs, active)
         done = terminated | truncated
         if mode == AutoresetMode.SAME_STEP and done.any():
             info["final_obs"] = self.core.observation()
@@ -764,8 +866,7 @@ class LoggedInteractionVectorEnv(_InteractionStepper, VectorEnv):
                 k: v for k, v in info.items() if not k.startswith(("final", "_final"))
             }
             info["_final_info"] = done.copy()
-            for i in np.flatnonzero(done):
-                self.core.reset_slot(self.np_random, i, None)
+            self.core.reset_slots(self.np_random, np.flatnonzero(done))
         elif mode == AutoresetMode.NEXT_STEP:
             self._autoreset = done
         return self.core.observation(), rewards, terminated, truncated, info

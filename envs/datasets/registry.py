@@ -33,6 +33,7 @@ LOGGED_DATA_ENVIRONMENTS: tuple[EnvEntry, ...] = (
         id="fedrec/TaobaoAds-v0",
         api="gymnasium",
         entry_point="fedrec.envs.datasets.taobao:TaobaoAdsEnv",
+        vector_entry_point="fedrec.envs.datasets.taobao:TaobaoAdsVectorEnv",
         description="Taobao display-ad impressions: score each logged (user, ad, context); "
         "reward is the logged click, AUC in fedrec.eval.",
     ),

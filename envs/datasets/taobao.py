@@ -17,9 +17,17 @@ import gymnasium as gym
 import numpy as np
 import pandas as pd
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
 
 from fedrec.envs.datasets.catalog import _signature, locate
 from fedrec.envs.datasets.formats import TAOBAO_USER_PROFILE_HEADER, load_taobao
+from fedrec.envs.vector_utils import (
+    check_vector_args,
+    parse_autoreset_mode,
+    reset_mask,
+    with_masks,
+)
 
 Observation = dict[str, np.ndarray]
 USER_FIELDS = TAOBAO_USER_PROFILE_HEADER[1:]
@@ -121,8 +129,122 @@ def load_taobao_prepared(
     return _taobao_cached(str(folder.resolve()), _signature(folder), split)
 
 
+class _TaobaoCore:
+    """Impression streams of ``num_envs`` slots (one user each), stepped together with numpy.
+
+    Users come from a seeded sweep (a permutation of all users, :meth:`shuffle`), so the single
+    env (one slot) and the vector env run the same code and agree exactly for the same seed.
+    """
+
+    def __init__(self, data: TaobaoData, num_envs: int) -> None:
+        self.data = data
+        self.num_envs = num_envs
+        self.order = np.arange(data.num_users)
+        self.cursor = 0
+        self.users = np.zeros(num_envs, dtype=np.int64)
+        self.row = np.zeros(num_envs, dtype=np.int64)  # the impression shown next
+        self.end = np.zeros(num_envs, dtype=np.int64)  # one past the user's last impression
+        self.steps = np.zeros(num_envs, dtype=np.int64)
+
+    def observation_space(self) -> spaces.Dict:
+        d = self.data
+        high_u = np.maximum(d.user_features.max(axis=0), 0)
+        high_a = np.maximum(d.ad_features.max(axis=0), 0)
+        return spaces.Dict(
+            {
+                "user_id": spaces.Box(0, d.num_users - 1, (1,), np.int64),
+                "user_features": spaces.Box(np.zeros(8, np.int64), high_u, (8,), np.int64),
+                "ad_features": spaces.Box(np.zeros(5, np.int64), high_a, (5,), np.int64),
+                "ad_price": spaces.Box(0.0, max(float(d.ad_price.max()), 0.0), (1,), np.float32),
+                "context": spaces.Box(np.array([1, 0]), np.array([2, 6]), (2,), np.int64),
+            }
+        )
+
+    def shuffle(self, rng: np.random.Generator) -> None:
+        self.order = rng.permutation(self.data.num_users)
+        self.cursor = 0
+
+    def assign(self, mask: np.ndarray, users: object = None) -> None:
+        """Start the masked slots on explicit users, else on the next users of the sweep."""
+        count = int(mask.sum())
+        u = self.data.num_users
+        if users is None:
+            users = self.order[(self.cursor + np.arange(count)) % u]
+            self.cursor = (self.cursor + count) % u
+        users = np.asarray(users).reshape(-1)
+        if users.shape != (count,) or (count and (users.min() < 0 or users.max() >= u)):
+            raise ValueError(f"users must be {count} ids in [0, {u}), got {users.tolist()}")
+        users = users.astype(np.int64)
+        self.users[mask] = users
+        self.row[mask] = self.data.indptr[users]
+        self.end[mask] = self.data.indptr[users + 1]
+        self.steps[mask] = 0
+
+    def finished(self) -> np.ndarray:
+        return self.row >= self.end
+
+    def observation(self) -> Observation:
+        """The impression each slot shows next (its last one once the episode is over)."""
+        d = self.data
+        row = np.minimum(self.row, self.end - 1)
+        return {
+            "user_id": d.user[row][:, None],
+            "user_features": d.user_features[row],
+            "ad_features": d.ad_features[row],
+            "ad_price": d.ad_price[row][:, None].astype(np.float32),
+            "context": d.context[row],
+        }
+
+    def step(
+        self, active: np.ndarray, scores: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """Show the active slots' current impressions; rewards, terminated and the logged info.
+
+        Slots not active get reward 0, are not terminated and hold zeros (-1 for ``action``).
+        """
+        d = self.data
+        row = np.minimum(self.row, self.end - 1)
+        on = active[:, None]
+        clicks = np.where(active, d.clicks[row], 0.0)
+        info = {
+            "action": np.where(active, d.ad_ids[row], -1),
+            "position": np.where(active, d.context[row, 0], 0),
+            "reward": clicks,
+            "context": np.where(on, np.concatenate([d.user_features[row], d.context[row]], 1), 0),
+            "action_context": np.where(
+                on, np.column_stack([d.ad_features[row], d.ad_price[row]]).astype(np.float64), 0.0
+            ),
+            "score": np.where(active, scores, 0.0),
+        }
+        self.row[active] += 1
+        self.steps[active] += 1
+        terminated = active & self.finished()
+        return clicks.copy(), terminated, info
+
+
+def _check_scores(action: object, shape: tuple[int, ...], use: np.ndarray) -> np.ndarray:
+    score = np.asarray(action, dtype=np.float64)
+    if score.shape != shape and score.size == int(np.prod(shape)) and score.ndim <= len(shape):
+        score = score.reshape(shape)
+    if score.shape != shape or not np.isfinite(score[use]).all():
+        raise ValueError(f"action must be finite scores of shape {shape}, got {action!r:.80}")
+    return score.reshape(-1)
+
+
+_VECTOR_CARD = """
+    ## Vectorized environment
+    ``gymnasium.make_vec("fedrec/TaobaoAds-v0", num_envs=B)`` returns
+    :class:`TaobaoAdsVectorEnv`: ``B`` users' impression streams side by side, actions of shape
+    (B, 1). It runs the same batched core as this env, so with ``num_envs=1`` and the same seed it
+    reproduces this env exactly (its autoreset takes the next user of the sweep, as ``reset()``
+    does here). Autoreset modes ``NEXT_STEP`` (default), ``SAME_STEP`` and ``DISABLED`` (with
+    ``reset(options={"reset_mask": m})``).
+    """
+
+
 class TaobaoAdsEnv(gym.Env[Observation, np.ndarray]):
-    r"""Score logged Taobao display-ad impressions; the reward is the logged click.
+    (
+        r"""Score logged Taobao display-ad impressions; the reward is the logged click.
 
     ## Description
     Each episode is one user's impressions (Ali_Display_Ad_Click, ``raw_sample.csv``) in time
@@ -150,10 +272,10 @@ class TaobaoAdsEnv(gym.Env[Observation, np.ndarray]):
 
     ## Starting State
     ``reset(seed=s)`` draws a permutation of the users; each following ``reset()`` takes the next
-    user of that sweep (``options={"user": u}`` picks one).
+    user of that sweep (``options={"user": u}`` picks one), so U resets visit every user once.
 
     ## Episode End
-    Terminates after the user's last impression.
+    Terminates after the user's last impression (the final observation repeats it).
 
     ## Info
     Open Bandit Pipeline keys for the logged data: ``action`` (remapped adgroup id of the shown
@@ -163,10 +285,9 @@ class TaobaoAdsEnv(gym.Env[Observation, np.ndarray]):
 
     ## Arguments
     ``data_dir=None``, ``split="test"`` (2017-05-13; ``"train"`` = the 7 days before, ``"all"``).
-
-    ## Vectorized environment
-    ``gymnasium.make_vec`` wraps it in a ``SyncVectorEnv`` (no native batched version).
     """
+        + _VECTOR_CARD
+    )
 
     metadata = {"render_modes": []}
 
@@ -181,23 +302,9 @@ class TaobaoAdsEnv(gym.Env[Observation, np.ndarray]):
             raise ValueError("TaobaoAdsEnv does not render")
         self.render_mode = None
         self.data = load_taobao_prepared(data_dir, split)
-        d = self.data
-        high_u = np.maximum(d.user_features.max(axis=0), 0)
-        high_a = np.maximum(d.ad_features.max(axis=0), 0)
-        self.observation_space = spaces.Dict(
-            {
-                "user_id": spaces.Box(0, d.num_users - 1, (1,), np.int64),
-                "user_features": spaces.Box(np.zeros(8, np.int64), high_u, (8,), np.int64),
-                "ad_features": spaces.Box(np.zeros(5, np.int64), high_a, (5,), np.int64),
-                "ad_price": spaces.Box(0.0, max(float(d.ad_price.max()), 0.0), (1,), np.float32),
-                "context": spaces.Box(np.array([1, 0]), np.array([2, 6]), (2,), np.int64),
-            }
-        )
+        self._core = _TaobaoCore(self.data, 1)
+        self.observation_space = self._core.observation_space()
         self.action_space = spaces.Box(0.0, 1.0, (1,), np.float32)
-        self._order = np.arange(d.num_users)
-        self._cursor = 0
-        self._row = 0
-        self._end = 0
         self._shuffled = False
 
     def reset(
@@ -205,48 +312,116 @@ class TaobaoAdsEnv(gym.Env[Observation, np.ndarray]):
     ) -> tuple[Observation, dict[str, Any]]:
         super().reset(seed=seed)
         if seed is not None or not self._shuffled:
-            self._order = self.np_random.permutation(self.data.num_users)
-            self._cursor = 0
+            self._core.shuffle(self.np_random)
             self._shuffled = True
         user = None if options is None else options.get("user")
-        if user is None:
-            user = int(self._order[self._cursor])
-            self._cursor = (self._cursor + 1) % self.data.num_users
-        elif not 0 <= int(user) < self.data.num_users:
+        if user is not None and not 0 <= int(user) < self.data.num_users:
             raise ValueError(f"user must be in [0, {self.data.num_users}), got {user}")
-        self._row = int(self.data.indptr[int(user)])
-        self._end = int(self.data.indptr[int(user) + 1])
+        self._core.assign(np.ones(1, bool), None if user is None else [int(user)])
         return self._observation(), {}
 
     def step(self, action: np.ndarray) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
-        if self._row >= self._end:
+        if self._core.finished()[0]:
             raise RuntimeError("call reset() before step(), and again after the episode ends")
-        score = np.asarray(action, dtype=np.float64).reshape(-1)
-        if score.shape != (1,) or not np.isfinite(score[0]):
-            raise ValueError(f"action must be one finite score, shape (1,), got {action!r:.80}")
-        d, row = self.data, self._row
-        info = {
-            "action": int(d.ad_ids[row]),
-            "position": int(d.context[row, 0]),
-            "reward": float(d.clicks[row]),
-            "context": np.concatenate([d.user_features[row], d.context[row]]),
-            "action_context": np.concatenate([d.ad_features[row], [d.ad_price[row]]]).astype(
-                np.float64
-            ),
-            "score": float(score[0]),
+        score = _check_scores(action, (1,), np.ones(1, bool))
+        rewards, terminated, info = self._core.step(np.ones(1, bool), score)
+        single = {
+            key: value[0] if value.ndim > 1 else value[0].item() for key, value in info.items()
         }
-        self._row += 1
-        terminated = self._row >= self._end
-        obs = self._observation(min(self._row, self._end - 1))
-        return obs, float(d.clicks[row]), terminated, False, info
+        return self._observation(), float(rewards[0]), bool(terminated[0]), False, single
 
-    def _observation(self, row: int | None = None) -> Observation:
-        d = self.data
-        row = self._row if row is None else row
-        return {
-            "user_id": np.array([d.user[row]], dtype=np.int64),
-            "user_features": d.user_features[row].copy(),
-            "ad_features": d.ad_features[row].copy(),
-            "ad_price": np.array([d.ad_price[row]], dtype=np.float32),
-            "context": d.context[row].copy(),
+    def _observation(self) -> Observation:
+        return {key: value[0] for key, value in self._core.observation().items()}
+
+
+class TaobaoAdsVectorEnv(VectorEnv):
+    """``num_envs`` Taobao users' impression streams stepped together (card: :class:`TaobaoAdsEnv`).
+
+    Slot ``i`` of the first reset gets the ``i``-th user of the seeded sweep and every later
+    episode (autoreset or ``reset``) the next user of it, so with ``num_envs=1`` and the same seed
+    the vector env reproduces the single env exactly; ``reset(options={"users": ids})`` assigns
+    explicit users. Autoreset follows Gymnasium 1.x: ``NEXT_STEP`` (default; the step after an
+    episode ends starts the next one, ignores its action and returns reward 0), ``SAME_STEP``
+    (``info["final_obs"]`` / ``info["final_info"]``) or ``DISABLED`` (reset finished envs with
+    ``reset(options={"reset_mask": m})``; stepping one before that raises). ``max_episode_steps``
+    truncates long users.
+    """
+
+    metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        *,
+        data_dir: str | Path | None = None,
+        split: Literal["train", "test", "all"] = "test",
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        max_episode_steps: int | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        check_vector_args(num_envs, render_mode, max_episode_steps, who=type(self).__name__)
+        self.data = load_taobao_prepared(data_dir, split)
+        self.num_envs = num_envs
+        self.render_mode = None
+        self.max_episode_steps = max_episode_steps
+        self.metadata = {
+            **type(self).metadata,
+            "autoreset_mode": parse_autoreset_mode(autoreset_mode),
         }
+        self._core = _TaobaoCore(self.data, num_envs)
+        self.single_observation_space = self._core.observation_space()
+        self.single_action_space = spaces.Box(0.0, 1.0, (1,), np.float32)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self._autoreset = np.zeros(num_envs, dtype=bool)
+        self._done = np.zeros(num_envs, dtype=bool)
+        self._started = False
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
+        super().reset(seed=seed)
+        mask = reset_mask(options, self.num_envs, started=self._started)
+        if seed is not None or not self._started:
+            self._core.shuffle(self.np_random)
+        self._core.assign(mask, None if options is None else options.get("users"))
+        self._autoreset[mask] = False
+        self._done[mask] = False
+        self._started = True
+        return self._core.observation(), {}
+
+    def step(
+        self, actions: np.ndarray
+    ) -> tuple[Observation, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        if not self._started:
+            raise RuntimeError("call reset() before step()")
+        mode = self.metadata["autoreset_mode"]
+        if mode == AutoresetMode.DISABLED and self._done.any():
+            raise RuntimeError(
+                f"envs {np.flatnonzero(self._done).tolist()} have finished; with autoreset "
+                "DISABLED reset them first (reset(options={'reset_mask': mask}))"
+            )
+        resetting = self._autoreset.copy() if mode == AutoresetMode.NEXT_STEP else None
+        active = np.ones(self.num_envs, bool) if resetting is None else ~resetting
+        scores = _check_scores(actions, (self.num_envs, 1), active[:, None])
+        if resetting is not None and resetting.any():
+            self._core.assign(resetting)
+        rewards, terminated, info = self._core.step(active, scores)
+        truncated = np.zeros(self.num_envs, dtype=bool)
+        if self.max_episode_steps is not None:
+            truncated = active & ~terminated & (self._core.steps >= self.max_episode_steps)
+        info = with_masks(info, self.num_envs, active)
+        done = terminated | truncated
+        if mode == AutoresetMode.SAME_STEP and done.any():
+            info["final_obs"] = self._core.observation()
+            info["_final_obs"] = done.copy()
+            info["final_info"] = {
+                k: v for k, v in info.items() if not k.startswith(("final", "_final"))
+            }
+            info["_final_info"] = done.copy()
+            self._core.assign(done)
+        elif mode == AutoresetMode.NEXT_STEP:
+            self._autoreset = done
+        else:
+            self._done = done
+        return self._core.observation(), rewards, terminated, truncated, info

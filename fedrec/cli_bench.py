@@ -6,7 +6,10 @@ import argparse
 import importlib
 
 #: benchmark name -> module with ``add_parser(bench_subparsers)``.
-BENCHMARKS = {"envs": "fedrec.eval.bench_envs"}
+BENCHMARKS = {
+    "envs": "fedrec.eval.bench_envs",
+    "fedslate": "fedrec.eval.bench_fedslate",
+}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

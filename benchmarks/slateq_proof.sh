@@ -19,5 +19,5 @@ for seed in ${SEEDS[@]}; do
       --gamma "$gamma" --no-progress --out "$OUT/longterm-10x3/slateq-gamma$gamma-seed$seed"
   done
 done
-$FEDREC eval "$OUT"/slate-100x10/* --out "$OUT/slate-100x10/learning_curves.png"
-$FEDREC eval "$OUT"/longterm-10x3/* --out "$OUT/longterm-10x3/learning_curves.png"
+$FEDREC eval "$OUT"/slate-100x10/slateq-* --out "$OUT/slate-100x10/learning_curves.png"
+$FEDREC eval "$OUT"/longterm-10x3/slateq-* --out "$OUT/longterm-10x3/learning_curves.png"

@@ -82,12 +82,13 @@ def plot_learning_curves(
             ax.set_title(name)
             ax.set_xlabel("episode")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize="small", loc="best")
+            # Below the axes: with several groups an in-plot legend hides the curves.
+            ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1)
         ylabel = "return" + (f" (mean of last {window} episodes)" if window else "")
         axes[0][0].set_ylabel(ylabel)
         figure.suptitle(title or "Learning curves (mean over seeds)")
         figure.tight_layout()
-        figure.savefig(path, dpi=110)
+        figure.savefig(path, dpi=110, bbox_inches="tight")
     finally:
         plt.close(figure)
     return path

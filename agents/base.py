@@ -8,7 +8,9 @@ from it. The interface has four parts, of which only the first is required:
 * ``explore_batch`` -- the behaviour policy while training (default: ``act_batch``);
 * ``learn`` -- consume a batch of transitions and update (default: nothing to learn);
 * ``state_dict`` / ``load_state_dict`` -- everything needed to resume bit-for-bit (default: the
-  agent's random generator state).
+  agent's random generator state);
+* ``begin_episodes`` -- told which users start a new episode, for agents that keep a per-user
+  memory across steps (default: nothing to reset). Loops call it after every reset.
 
 Fixed policies (random, myopic, optimal planner, popularity) need only ``act_batch``. To be built
 by name from the command line (``fedrec train``), an agent also defines a ``Config`` dataclass
@@ -87,6 +89,15 @@ class SlateAgent(abc.ABC):
     def reset(self, *, seed: int | None = None) -> None:
         """Reseed the agent's own randomness (exploration, tie-breaking)."""
         self.rng = np.random.default_rng(seed)
+
+    def begin_episodes(self, mask: np.ndarray) -> None:
+        """Users ``mask`` (bool, one per user of the batch) start a new episode now.
+
+        Called by the training loop and the evaluation rollouts right after ``reset`` (all users)
+        and after every autoreset (the users whose episode just ended), before the next act.
+        Stateless agents ignore it; agents with a per-user memory clear those rows.
+        """
+        del mask
 
     @abc.abstractmethod
     def act_batch(self, observations: Observation, *, infos: Info | None = None) -> np.ndarray:

@@ -36,6 +36,7 @@ from fedrec.agents.base import (
     slate_size_of,
 )
 from fedrec.agents.choice_models import LearnedMNLChoiceModel, TrueChoiceModel
+from fedrec.agents.consumption_memory import MEMORY_KEY, ConsumptionMemory
 from fedrec.agents.replay import ReplayBuffer
 from fedrec.agents.slate_selection import select_slates, slate_values
 
@@ -128,6 +129,13 @@ class SlateQConfig:
     normalize_inputs: bool = dataclasses.field(
         default=True, metadata=_help("standardise features with mean/std frozen at learning_starts")
     )
+    memory_decay: float = dataclasses.field(
+        default=0.0,
+        metadata=_help(
+            "decay of the agent's own memory of consumed item features (plus the step count), "
+            "added to the state; 0 = off: the state is the observation, as in the paper"
+        ),
+    )
 
     def __post_init__(self) -> None:
         checks = {
@@ -150,6 +158,7 @@ class SlateQConfig:
             "epsilon_end": 0.0 <= self.epsilon_end <= 1.0,
             "epsilon_decay": self.epsilon_decay >= 0,
             "reward_scale": self.reward_scale >= 0,
+            "memory_decay": 0.0 <= self.memory_decay <= 1.0,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
@@ -303,6 +312,11 @@ class SlateQAgent(SlateAgent):
         self.transitions_seen = 0
         self.gradient_steps = 0
         self._train_debt = 0
+        self.memory = (
+            ConsumptionMemory(decay=config.memory_decay, item_dim=item_dim)
+            if config.memory_decay > 0
+            else None
+        )
 
     @classmethod
     def from_env(cls, env: Any, *, config: Any = None, seed: int | None = None) -> SlateQAgent:
@@ -310,6 +324,7 @@ class SlateQAgent(SlateAgent):
         space = getattr(env, "single_observation_space", None) or env.observation_space
         sample = {k: np.asarray(v)[None] for k, v in space.sample().items()}
         user, items = split_features(sample)
+        memory_dim = items.shape[2] + 1 if config.memory_decay > 0 else 0
         true_choice = None
         if config.choice_model == "true":
             from fedrec.agents.reference import env_params  # a Choc-vs-Kale env is required
@@ -318,7 +333,7 @@ class SlateQAgent(SlateAgent):
         return cls(
             slate_size=slate_size_of(env),
             num_candidates=items.shape[1],
-            user_dim=user.shape[1],
+            user_dim=user.shape[1] + memory_dim,
             item_dim=items.shape[2],
             num_envs=getattr(env, "num_envs", 1),
             config=config,
@@ -364,19 +379,39 @@ class SlateQAgent(SlateAgent):
         return slate_values(v, q, v_null, slates)
 
     # ----------------------------------------------------------------------------- acting
+    def begin_episodes(self, mask: np.ndarray) -> None:
+        if self.memory is not None:
+            self.memory.begin(mask)
+
+    def _with_memory(self, observations: Observation, *, update: bool) -> Observation:
+        if self.memory is None:
+            return observations
+        if update:
+            return self.memory.observe(observations)
+        if MEMORY_KEY in observations:
+            return observations
+        return {**observations, MEMORY_KEY: self.memory.memory.copy()}
+
     @torch.no_grad()
     def item_values(self, observations: Observation) -> np.ndarray:
-        """Qbar(s, i) of every candidate (B, N), in reward units."""
-        user, items = self._tensors(observations)
+        """Qbar(s, i) of every candidate (B, N), in reward units (no memory update)."""
+        user, items = self._tensors(self._with_memory(observations, update=False))
         scale = self.reward_scale or 1.0
         return self.q_network(user, items).double().numpy() / scale
 
     @torch.no_grad()
-    def act_batch(self, observations: Observation, *, infos: Info | None = None) -> np.ndarray:
+    def _greedy(self, observations: Observation) -> np.ndarray:
         user, items = self._tensors(observations)
         q = self.q_network(user, items).double().numpy()
         v, v_null = self._choice_weights(observations, user, items)
         return self._select(self.config.selection, v, q, v_null)
+
+    def act_batch(self, observations: Observation, *, infos: Info | None = None) -> np.ndarray:
+        observations = self._with_memory(observations, update=True)
+        slates = self._greedy(observations)
+        if self.memory is not None:
+            self.memory.record(observations, slates)
+        return slates
 
     @property
     def epsilon(self) -> float:
@@ -390,24 +425,31 @@ class SlateQAgent(SlateAgent):
 
     def explore_batch(self, observations: Observation, *, infos: Info | None = None) -> np.ndarray:
         """Epsilon-greedy: with probability epsilon a uniformly random slate of distinct items."""
+        observations = self._with_memory(observations, update=True)
         batch = len(np.asarray(observations[ITEM_KEY]))
         explore = self.rng.random(batch) < self.epsilon
-        random = random_slates(self.rng, batch, self.num_candidates, self.slate_size)
-        if explore.all():
-            return random
-        greedy = self.act_batch(observations, infos=infos)
-        return np.where(explore[:, None], random, greedy)
+        slates = random_slates(self.rng, batch, self.num_candidates, self.slate_size)
+        if not explore.all():
+            slates = np.where(explore[:, None], slates, self._greedy(observations))
+        if self.memory is not None:
+            self.memory.record(observations, slates)
+        return slates
 
     # ----------------------------------------------------------------------------- learning
     def learn(self, transitions: Transitions) -> dict[str, float]:
         c = self.config
         clicked = clicked_slots(transitions.next_observations, transitions.slates)
+        observations, next_observations = transitions.observations, transitions.next_observations
+        if self.memory is not None:  # s and s' as the agent saw them: with its memory
+            observations, next_observations = self.memory.transition(
+                observations, next_observations, transitions.slates
+            )
         self.replay.add(
-            observations=transitions.observations,
+            observations=observations,
             slates=transitions.slates,
             clicked_slot=clicked,
             rewards=transitions.rewards,
-            next_observations=transitions.next_observations,
+            next_observations=next_observations,
             terminated=transitions.terminated,
             truncated=transitions.truncated,
         )
@@ -415,7 +457,7 @@ class SlateQAgent(SlateAgent):
         before = self.transitions_seen
         self.transitions_seen += batch
         if before < c.learning_starts:
-            user, items = split_features(transitions.observations)
+            user, items = split_features(observations)
             self.normalizer.update(user=user, items=items)
             self._abs_reward_sum += float(np.abs(transitions.rewards).sum())
             if self.transitions_seen < c.learning_starts:
@@ -515,6 +557,7 @@ class SlateQAgent(SlateAgent):
             transitions_seen=self.transitions_seen,
             gradient_steps=self.gradient_steps,
             train_debt=self._train_debt,
+            memory=None if self.memory is None else self.memory.state_dict(),
         )
         if self.choice_optimizer is not None:
             state["choice"] = self.choice.state_dict()
@@ -533,6 +576,8 @@ class SlateQAgent(SlateAgent):
         self.transitions_seen = int(state["transitions_seen"])
         self.gradient_steps = int(state["gradient_steps"])
         self._train_debt = int(state["train_debt"])
+        if self.memory is not None:
+            self.memory.load_state_dict(state["memory"])
         if self.choice_optimizer is not None:
             self.choice.load_state_dict(state["choice"])
             self.choice_optimizer.load_state_dict(state["choice_optimizer"])

@@ -64,6 +64,7 @@ def evaluate_policy(
     for index, size in enumerate(_batches(episodes, num_envs)):
         env = gym.make_vec(env_id, num_envs=size, **dict(env_kwargs or {}))
         observations, infos = env.reset(seed=seed + index)
+        policy.begin_episodes(np.ones(size, dtype=bool))
         total = np.zeros(size)
         done = np.zeros(size, dtype=bool)
         while not done.all():

@@ -215,3 +215,53 @@ def test_slateq_learns_to_beat_random_on_a_small_slate_env():
     learned = evaluate_policy("fedrec/ChocKaleSlate-v0", agent, **episodes)
     random = evaluate_policy("fedrec/ChocKaleSlate-v0", RandomPolicy(slate_size=3), **episodes)
     assert learned.mean - random.mean > 40  # random ~945, the optimum ~1047 here
+
+
+def test_consumption_memory_tracks_the_discounted_consumed_features():
+    from fedrec.agents.consumption_memory import MEMORY_KEY
+
+    env = _env(num_envs=3)
+    config = dataclasses.replace(SMALL, memory_decay=0.5)
+    agent = SlateQAgent.from_env(env, config=config, seed=0)
+    obs, info = env.reset(seed=4)
+    agent.begin_episodes(np.ones(3, bool))
+    expected, steps = np.zeros(3), 0
+    for _ in range(8):
+        slates = agent.explore_batch(obs, infos=info)
+        assert (
+            np.allclose(agent.memory.acted[:, 0], expected)
+            and (agent.memory.acted[:, 1] == steps).all()
+        )
+        shown = np.take_along_axis(obs["candidates"][..., 0], slates, axis=1)
+        next_obs, rewards, terminated, truncated, info = env.step(slates)
+        clicks = next_obs["response_click"][:, -1, :]
+        agent.learn(Transitions(obs, slates, rewards, next_obs, terminated, truncated))
+        expected = 0.5 * expected + (clicks * shown).sum(axis=1)
+        steps += 1
+        obs = next_obs
+    stored = agent.replay.arrays[f"next_obs/{MEMORY_KEY}"][
+        agent.replay.size - 3 : agent.replay.size
+    ]
+    np.testing.assert_allclose(stored[:, 0], expected, rtol=1e-5)
+    agent.begin_episodes(np.array([True, False, False]))
+    # Memory advances when the next observation arrives (at act time): still 7 steps for user 1.
+    assert agent.memory.memory[0].sum() == 0 and agent.memory.memory[1, 1] == steps - 1
+
+
+def test_agent_with_memory_resumes_exactly(tmp_path):
+    from fedrec.train.loop import TrainConfig, train
+
+    config = dataclasses.replace(SMALL, memory_decay=0.9, learning_starts=200)
+
+    def run(episodes, out, resume=False):
+        train_config = TrainConfig(
+            env_id="fedrec/ChocKaleLongTerm-v0", episodes=episodes, num_envs=4, seed=1,
+            eval_episodes=0, checkpoint_every=4, progress=False,
+        )  # fmt: skip
+        factory = lambda env: SlateQAgent.from_env(env, config=config, seed=1)  # noqa: E731
+        return train(factory, config=train_config, out_dir=out, resume=resume)
+
+    reference = run(12, None)
+    run(8, tmp_path / "r")
+    resumed = run(12, tmp_path / "r", resume=True)
+    np.testing.assert_array_equal(resumed.returns, reference.returns)

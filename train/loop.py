@@ -257,6 +257,7 @@ def train(
     else:
         log.open([])
         obs, info = env.reset(seed=config.seed)
+        agent.begin_episodes(np.ones(config.num_envs, dtype=bool))
         episode_return = np.zeros(config.num_envs)
         episode_length = np.zeros(config.num_envs, dtype=np.int64)
         steps_done, elapsed = 0, 0.0
@@ -327,6 +328,8 @@ def train(
                 log.add(*pending.pop(0))
                 if writer is not None:
                     writer.add_scalar("episode/return", log.returns[-1], len(log.returns))
+            if done.any():
+                agent.begin_episodes(done)
             episode_return[done] = 0.0
             episode_length[done] = 0
             if writer is not None and metrics:

@@ -18,6 +18,19 @@ for seed in ${SEEDS[@]}; do
     $FEDREC train slateq --env fedrec/ChocKaleLongTerm-v0 --episodes 3000 --seed "$seed" \
       --gamma "$gamma" --no-progress --out "$OUT/longterm-10x3/slateq-gamma$gamma-seed$seed"
   done
+  # With the agent's own memory of what the user consumed (a Markov state; see README).
+  $FEDREC train slateq --env fedrec/ChocKaleLongTerm-v0 --episodes 3000 --seed "$seed" \
+    --gamma 0.9 --memory-decay 0.9 --no-progress \
+    --out "$OUT/longterm-10x3/slateq-gamma0.9-memory0.9-seed$seed"
 done
+# Diagnostics on seed 0: gamma 0.99; myopic with memory; satisfaction observed without noise.
+$FEDREC train slateq --env fedrec/ChocKaleLongTerm-v0 --episodes 3000 --seed 0 --gamma 0.99 \
+  --no-progress --out "$OUT/longterm-10x3/slateq-gamma0.99-seed0"
+$FEDREC train slateq --env fedrec/ChocKaleLongTerm-v0 --episodes 3000 --seed 0 --gamma 0 \
+  --memory-decay 0.9 --no-progress --out "$OUT/longterm-10x3/slateq-gamma0-memory0.9-seed0"
+$FEDREC train slateq --env fedrec/ChocKaleLongTerm-v0 --episodes 3000 --seed 0 --gamma 0.9 \
+  --env-kwarg satisfaction_noise_stddev=0.0 --no-progress \
+  --out "$OUT/longterm-10x3-observed/slateq-gamma0.9-seed0"
 $FEDREC eval "$OUT"/slate-100x10/slateq-* --out "$OUT/slate-100x10/learning_curves.png"
-$FEDREC eval "$OUT"/longterm-10x3/slateq-* --out "$OUT/longterm-10x3/learning_curves.png"
+$FEDREC eval "$OUT"/longterm-10x3/slateq-* "$OUT"/longterm-10x3-observed/slateq-* --paper none \
+  --out "$OUT/longterm-10x3/learning_curves.png"

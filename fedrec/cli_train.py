@@ -148,9 +148,10 @@ def run(args: argparse.Namespace) -> int:
     if parsed.resume and not overrides and (out / "config.json").is_file():
         saved = json.loads((out / "config.json").read_text())
         agent_config = config_from_json(agent_cls, saved.get("agent_config") or {})
+    episodes = parsed.episodes if parsed.episodes is not None or parsed.steps else 5000
     config = TrainConfig(
         env_id=parsed.env,
-        episodes=parsed.episodes if parsed.steps is None else None,
+        episodes=episodes,
         steps=parsed.steps,
         num_envs=parsed.num_envs,
         seed=parsed.seed,
@@ -160,9 +161,6 @@ def run(args: argparse.Namespace) -> int:
         references=not parsed.no_references,
         progress=not parsed.no_progress,
     )
-    if config.episodes is None and config.steps is None:
-        config = dataclasses.replace(config, episodes=5000)
-
     def factory(env: Any) -> Any:
         return agent_cls.from_env(env, config=agent_config, seed=parsed.seed)
 
@@ -171,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
         config=config,
         out_dir=out,
         resume=parsed.resume,
-        run_info={"agent": args.agent, "label": None},
+        run_info={"agent": args.agent},
     )
     returns = result.returns
     print(

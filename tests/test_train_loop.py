@@ -181,3 +181,12 @@ def test_plug_in_agent_from_its_own_file(tmp_path):
         run_info=None,
     )
     assert len(again.returns) == 80
+
+
+def test_cli_defaults_to_5000_episodes(tmp_path, capsys):
+    out = tmp_path / "random"
+    args = ["train", "random", "--env", "fedrec/ChocKale-v0", "--num-envs", "500"]
+    assert main([*args, "--out", str(out), "--eval-episodes", "0", "--no-progress"]) == 0
+    assert len(read_episodes_csv(out / "episodes.csv")) == 5000
+    assert json.loads((out / "config.json").read_text())["episodes"] == 5000
+    capsys.readouterr()

@@ -190,3 +190,23 @@ def test_cli_defaults_to_5000_episodes(tmp_path, capsys):
     assert len(read_episodes_csv(out / "episodes.csv")) == 5000
     assert json.loads((out / "config.json").read_text())["episodes"] == 5000
     capsys.readouterr()
+
+
+def test_scalars_go_to_tensorboard_when_it_is_installed(tmp_path, monkeypatch):
+    import fedrec.train.loop as loop
+
+    logged: list[tuple[str, float, int]] = []
+
+    class FakeWriter:  # stands in for torch.utils.tensorboard.SummaryWriter
+        def add_scalar(self, tag, value, step):
+            logged.append((tag, float(value), step))
+
+        def close(self):
+            logged.append(("closed", 0.0, 0))
+
+    monkeypatch.setattr(loop, "_tensorboard_writer", lambda out: FakeWriter())
+    result = _run(SlateQAgent, 8, tmp_path / "tb")
+    returns = [(value, step) for tag, value, step in logged if tag == "episode/return"]
+    assert [value for value, _ in returns] == list(result.returns)
+    assert [step for _, step in returns] == list(range(1, 9))
+    assert any(tag == "train/loss" for tag, _, _ in logged) and logged[-1][0] == "closed"

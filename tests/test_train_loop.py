@@ -210,3 +210,28 @@ def test_scalars_go_to_tensorboard_when_it_is_installed(tmp_path, monkeypatch):
     assert [value for value, _ in returns] == list(result.returns)
     assert [step for _, step in returns] == list(range(1, 9))
     assert any(tag == "train/loss" for tag, _, _ in logged) and logged[-1][0] == "closed"
+
+
+def test_an_env_without_a_native_batched_version_trains_through_sync_vector_env():
+    import gymnasium as gym
+
+    from fedrec.agents.reference import RandomPolicy
+
+    env_id = "test/ChocKaleSingleOnly-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point="fedrec.envs.choc_kale:ChocKaleEnv")
+    ends = []
+
+    class Recording(RandomPolicy):
+        def learn(self, transitions):
+            done = transitions.terminated | transitions.truncated
+            ends.append(transitions.next_observations["response_click"][done, -1].sum(axis=-1))
+            return {}
+
+    config = TrainConfig(env_id=env_id, episodes=6, num_envs=3, eval_episodes=0, progress=False)
+    result = train(lambda env: Recording.from_env(env, seed=0), config=config)
+    assert len(result.returns) == 6 and (result.returns > 0).all()
+    # s' of a finished episode is its final observation (the user clicked slot 0), not the reset one.
+    final_clicks = np.concatenate(ends)
+    assert len(final_clicks) == 6 and (final_clicks == 1).all()
+    assert result.steps == 2 * 3 * 60  # two rounds of 60-step episodes for 3 users

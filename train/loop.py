@@ -96,13 +96,26 @@ AgentFactory = Callable[[gym.vector.VectorEnv], SlateAgent]
 
 
 def make_env(config: TrainConfig) -> gym.vector.VectorEnv:
-    """The batched training env, with same-step autoreset (the final observation is in info)."""
+    """The batched training env, with same-step autoreset (the final observation is in info).
+
+    The env's native batched version when it registers one (every fedrec env does); otherwise
+    Gymnasium's ``SyncVectorEnv`` over copies of the single env, so any registered env trains.
+    """
     try:
+        spec = gym.spec(config.env_id)
+        if spec.vector_entry_point is not None:
+            return gym.make_vec(
+                config.env_id,
+                num_envs=config.num_envs,
+                vectorization_mode="vector_entry_point",
+                autoreset_mode=AutoresetMode.SAME_STEP,
+                **dict(config.env_kwargs),
+            )
         return gym.make_vec(
             config.env_id,
             num_envs=config.num_envs,
-            vectorization_mode="vector_entry_point",
-            autoreset_mode=AutoresetMode.SAME_STEP,
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
             **dict(config.env_kwargs),
         )
     except gym.error.Error as error:
@@ -117,7 +130,11 @@ def _final_next_observations(
     if done.any():
         final = info["final_obs"]
         for key in true_next:
-            true_next[key][done] = np.asarray(final[key])[done]
+            if isinstance(final, Mapping):  # native batched envs: one dict of arrays
+                true_next[key][done] = np.asarray(final[key])[done]
+            else:  # SyncVectorEnv: an object array holding each finished user's observation
+                for user in np.flatnonzero(done):
+                    true_next[key][user] = final[user][key]
     return true_next
 
 

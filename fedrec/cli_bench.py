@@ -8,6 +8,7 @@ import importlib
 #: benchmark name -> module with ``add_parser(bench_subparsers)``.
 BENCHMARKS = {
     "envs": "fedrec.eval.bench_envs",
+    "fedncf": "fedrec.eval.bench_fedncf",
     "fedslate": "fedrec.eval.bench_fedslate",
 }
 

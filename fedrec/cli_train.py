@@ -161,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
         references=not parsed.no_references,
         progress=not parsed.no_progress,
     )
+
     def factory(env: Any) -> Any:
         return agent_cls.from_env(env, config=agent_config, seed=parsed.seed)
 

@@ -1,0 +1,713 @@
+"""``fedrec bench fedncf``: FedNCF's experiments (Perifanis & Efraimidis 2022, tables 5-8).
+
+For each model (GMF, MLP, NeuMF), aggregator (SimpleAvg, FedAvg, MF-FedAvg) and seed it trains a
+federated model (:func:`fedrec.train.fedncf.train_federated`), and for each model and seed the
+centralised upper bound; popularity and random rankings are the reference lines. Every HR@10 /
+NDCG@10 comes from the logged-data environment's evaluation mode. It prints, side by side:
+
+- **Aggregators** (table 5): HR@10 per aggregator, mean and 95% t-interval over seeds.
+- **Federated vs centralised** (table 6): HR@10 / NDCG@10 of MF-FedAvg and of centralised training.
+- **Client cost** (table 7): FLOPs per client per aggregation round and the KB sent each way.
+- **MF-SecAvg** (table 8): the time secure aggregation adds per round, measured on real rounds,
+  and its largest deviation from plain MF-FedAvg.
+
+It writes convergence plots (HR@10 per global round) and ``results.json`` into ``--out``. Every
+run is cached there as JSON under ``runs/`` keyed by its configuration, so an interrupted bench
+resumes and several invocations (e.g. one per aggregator) can fill one folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MODELS = ("gmf", "mlp", "neumf")
+PLAIN_AGGREGATORS = ("simpleavg", "fedavg", "mf-fedavg")
+LABELS = {"simpleavg": "SimpleAvg", "fedavg": "FedAvg", "mf-fedavg": "MF-FedAvg"}
+
+
+@dataclass(frozen=True)
+class BenchFedNCFConfig:
+    """What ``fedrec bench fedncf`` runs."""
+
+    dataset: str = "ml-100k"
+    """logged data set (fetched with ``fedrec data fetch``)."""
+    data_dir: str | None = None
+    """data directory (default: the fedrec cache)."""
+    models: tuple[str, ...] = ("gmf",)
+    """NCF models to train: any of gmf, mlp, neumf."""
+    aggregators: tuple[str, ...] = PLAIN_AGGREGATORS
+    """aggregation rules compared in table 5."""
+    global_rounds: int = 400
+    """passes over all clients (FedNCF's "epochs"); ignored when aggregation_rounds is set."""
+    aggregation_rounds: int | None = None
+    """train this many aggregation rounds instead."""
+    clients_per_round: int = 20
+    """clients per aggregation round (FedNCF: 20 for ML-100K)."""
+    seeds: int = 3
+    """seeds per configuration."""
+    first_seed: int = 0
+    """the seeds are first_seed, first_seed + 1, ..."""
+    eval_every: int = 10
+    """evaluate every this many global rounds."""
+    batch_size: int = 64
+    """local mini-batch size."""
+    central_epochs: int = 20
+    """epochs of the centralised upper bound."""
+    secagg_rounds: int = 3
+    """aggregation rounds timed with MF-SecAvg per model (0: skip table 8)."""
+    jobs: int = 1
+    """training runs in parallel (one process each)."""
+    out: str = "fedncf-bench"
+    """folder for the run cache, plots and results.json."""
+
+    def __post_init__(self) -> None:
+        bad = [m for m in self.models if m not in MODELS]
+        if bad or not self.models:
+            raise ValueError(f"models must be among {MODELS}, got {self.models}")
+        bad = [a for a in self.aggregators if a not in PLAIN_AGGREGATORS]
+        if bad or not self.aggregators:
+            raise ValueError(
+                f"aggregators must be among {PLAIN_AGGREGATORS}, got {self.aggregators}"
+            )
+        for name in ("seeds", "clients_per_round", "batch_size", "central_epochs", "jobs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.secagg_rounds < 0 or self.eval_every < 0:
+            raise ValueError("secagg_rounds and eval_every must be >= 0")
+
+    @property
+    def seed_list(self) -> list[int]:
+        return list(range(self.first_seed, self.first_seed + self.seeds))
+
+
+# ------------------------------------------------------------------------------------------------
+# Runs (each cached as JSON)
+
+
+def _federated_job(spec: dict[str, Any]) -> dict[str, Any]:
+    from fedrec.agents.ncf import NCFConfig
+    from fedrec.train.fedncf import FedNCFConfig, train_federated
+
+    config = FedNCFConfig(
+        model=NCFConfig(model=spec["model"]),
+        aggregator=spec["aggregator"],
+        global_rounds=spec["global_rounds"],
+        aggregation_rounds=spec["aggregation_rounds"],
+        clients_per_round=spec["clients_per_round"],
+        batch_size=spec["batch_size"],
+        eval_every=spec["eval_every"],
+        seed=spec["seed"],
+    )
+    result = train_federated(
+        dataset=spec["dataset"], data_dir=spec["data_dir"], config=config, progress=spec["progress"]
+    )
+    samples = np.asarray(result.client_samples, dtype=np.float64)
+    return {
+        "spec": spec,
+        "history": [dataclasses.asdict(p) for p in result.history],
+        "hit_rate": result.final.hit_rate,
+        "ndcg": result.final.ndcg,
+        "train_seconds": result.train_seconds,
+        "aggregation_seconds": result.aggregation_seconds,
+        "mean_client_samples": float(samples.mean()),
+        "participations": len(samples),
+    }
+
+
+def _central_job(spec: dict[str, Any]) -> dict[str, Any]:
+    from fedrec.agents.ncf import NCFConfig
+    from fedrec.train.fedncf import CentralConfig, train_centralised
+
+    config = CentralConfig(
+        model=NCFConfig(model=spec["model"]), epochs=spec["epochs"], seed=spec["seed"]
+    )
+    result = train_centralised(
+        dataset=spec["dataset"], data_dir=spec["data_dir"], config=config, progress=spec["progress"]
+    )
+    return {
+        "spec": spec,
+        "history": [dataclasses.asdict(p) for p in result.history],
+        "hit_rate": result.final.hit_rate,
+        "ndcg": result.final.ndcg,
+        "best_hit_rate": max(p.hit_rate for p in result.history),
+        "train_seconds": result.train_seconds,
+    }
+
+
+def _run_job(spec: dict[str, Any]) -> dict[str, Any]:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
+    return (_federated_job if spec["kind"] == "federated" else _central_job)(spec)
+
+
+def _cache_path(out: Path, spec: dict[str, Any]) -> Path:
+    key = {k: v for k, v in spec.items() if k != "progress"}
+    digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
+    name = f"{spec['kind']}-{spec['model']}-{spec.get('aggregator', 'central')}-s{spec['seed']}"
+    return out / "runs" / f"{name}-{digest}.json"
+
+
+def run_all(
+    config: BenchFedNCFConfig, *, log: Callable[[str], None] = print
+) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+    """Every federated and centralised run of the bench (from the cache where present)."""
+    out = Path(config.out)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    specs = []
+    for model in config.models:
+        for seed in config.seed_list:
+            base = {
+                "dataset": config.dataset,
+                "data_dir": config.data_dir,
+                "model": model,
+                "seed": seed,
+            }
+            specs.append({**base, "kind": "central", "epochs": config.central_epochs})
+            for aggregator in config.aggregators:
+                specs.append(
+                    {
+                        **base,
+                        "kind": "federated",
+                        "aggregator": aggregator,
+                        "global_rounds": config.global_rounds,
+                        "aggregation_rounds": config.aggregation_rounds,
+                        "clients_per_round": config.clients_per_round,
+                        "batch_size": config.batch_size,
+                        "eval_every": config.eval_every,
+                    }
+                )
+    results: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    todo = []
+    for spec in specs:
+        spec["progress"] = config.jobs == 1
+        path = _cache_path(out, spec)
+        if path.exists():
+            record = json.loads(path.read_text())
+            log(f"cached: {path.name}")
+            _add(results, record)
+        else:
+            todo.append((spec, path))
+
+    def finish(record: dict[str, Any], path: Path) -> None:
+        path.write_text(json.dumps(record, indent=1))
+        spec = record["spec"]
+        log(
+            f"done: {spec['kind']} {spec['model']} {spec.get('aggregator', '')} seed {spec['seed']}: "
+            f"HR@10 {record['hit_rate']:.4f} NDCG@10 {record['ndcg']:.4f} "
+            f"({record['train_seconds']:.0f} s training)"
+        )
+        _add(results, record)
+
+    if config.jobs == 1:
+        for spec, path in todo:
+            finish(_run_job(spec), path)
+    elif todo:
+        with ProcessPoolExecutor(config.jobs, mp_context=get_context("spawn")) as pool:
+            futures = [(pool.submit(_run_job, spec), path) for spec, path in todo]
+            for future, path in futures:
+                finish(future.result(), path)
+    return results
+
+
+def _add(results: dict[tuple[str, ...], list[dict[str, Any]]], record: dict[str, Any]) -> None:
+    spec = record["spec"]
+    key = (spec["kind"], spec["model"], spec.get("aggregator", ""))
+    results.setdefault(key, []).append(record)
+
+
+# ------------------------------------------------------------------------------------------------
+# Reference lines, costs, MF-SecAvg timing
+
+
+def reference_lines(config: BenchFedNCFConfig) -> dict[str, dict[str, float]]:
+    """HR@10 / NDCG@10 of popularity and random rankings (mean over the bench's seeds)."""
+    from fedrec.agents.logged_baselines import PopularityAgent, RandomAgent
+    from fedrec.envs.datasets.catalog import load_prepared
+    from fedrec.eval.ranking_metrics import evaluate_ranking_agent
+    from fedrec.train.fedncf import env_id_of
+
+    data = load_prepared(config.dataset, config.data_dir)
+    lines = {}
+    for name, make in (
+        ("popularity", lambda s: PopularityAgent(data.item_popularity(), slate_size=10, seed=s)),
+        ("random", lambda s: RandomAgent(slate_size=10, seed=s)),
+    ):
+        runs = [
+            evaluate_ranking_agent(env_id_of(config.dataset), make(s), data_dir=config.data_dir)
+            for s in config.seed_list
+        ]
+        lines[name] = {
+            "hit_rate": statistics.fmean(r.hit_rate for r in runs),
+            "ndcg": statistics.fmean(r.ndcg for r in runs),
+        }
+    return lines
+
+
+def client_costs(config: BenchFedNCFConfig, results: dict) -> dict[str, dict[str, float]]:
+    """Per model: parameters, FLOPs per client per round and KB each way (float32 weights)."""
+    from fedrec.agents.ncf import NCFConfig
+    from fedrec.envs.datasets.catalog import load_prepared
+
+    data = load_prepared(config.dataset, config.data_dir)
+    num_items = data.num_items
+    costs = {}
+    for model in config.models:
+        ncf = NCFConfig(model=model)
+        records = [r for key, rs in results.items() if key[:2] == ("federated", model) for r in rs]
+        samples = (
+            statistics.fmean(r["mean_client_samples"] for r in records) if records else float("nan")
+        )
+        item_words = num_items * ncf.item_width
+        # forward + backward ≈ 3 forward passes per example, for local_epochs (2) epochs
+        flops = 3 * ncf.forward_flops() * 2 * samples
+        costs[model] = {
+            "network_weights": ncf.network_size,
+            "item_weights": item_words,
+            "user_weights": ncf.item_width,
+            "mean_examples_per_epoch": samples,
+            "mflops_per_round": flops / 1e6,
+            "download_kb": (item_words + ncf.network_size) * 4 / 1024,
+            "upload_kb": (item_words + ncf.network_size + 1) * 4 / 1024 + num_items / 8 / 1024,
+            "secagg_upload_kb": (item_words + ncf.network_size + 1 + num_items) * 8 / 1024,
+        }
+    return costs
+
+
+def secagg_timing(config: BenchFedNCFConfig) -> dict[str, dict[str, float]]:
+    """Per model: plain MF-FedAvg vs MF-SecAvg aggregation time on ``secagg_rounds`` real rounds."""
+    import torch
+
+    from fedrec.agents.ncf import NCF, NCFConfig
+    from fedrec.envs.datasets.catalog import load_prepared
+    from fedrec.federation.aggregators import MFFedAvg
+    from fedrec.federation.secagg import MFSecAvg
+    from fedrec.train.fedncf import ClientData, round_rng, sample_round, train_round_batched
+
+    data = load_prepared(config.dataset, config.data_dir)
+    clients = ClientData.of(data)
+    timings = {}
+    for model_name in config.models:
+        ncf = NCFConfig(model=model_name)
+        model = NCF(
+            ncf,
+            num_users=data.num_users,
+            num_items=data.num_items,
+            generator=torch.Generator().manual_seed(config.first_seed),
+        )
+        items, network = model.item_table(), model.network_vector()
+        rng = np.random.default_rng([config.first_seed, 9])
+        plain_s, secure_s, client_s, server_s, upload, deviation = [], [], [], [], [], 0.0
+        secure = MFSecAvg()
+        for r in range(config.secagg_rounds):
+            users = np.sort(
+                rng.choice(
+                    data.num_users, min(config.clients_per_round, data.num_users), replace=False
+                )
+            )
+            samples = sample_round(
+                clients, users, round_rng(config.first_seed, r), num_negatives=4, local_epochs=2
+            )
+            updates, _ = train_round_batched(
+                ncf,
+                round_samples=samples,
+                user_rows=model.user_table()[torch.from_numpy(users)],
+                items=items,
+                network=network,
+                lr=1e-3,
+                batch_size=config.batch_size,
+            )
+            start = time.perf_counter()
+            plain = MFFedAvg().aggregate(items=items, network=network, updates=updates)
+            plain_s.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            masked = secure.aggregate(items=items, network=network, updates=updates)
+            secure_s.append(time.perf_counter() - start)
+            assert secure.last is not None
+            client_s.append(secure.last.client_seconds / len(users))
+            server_s.append(secure.last.server_seconds)
+            upload.append(secure.last.upload_bytes_per_client)
+            deviation = max(
+                deviation,
+                float((plain[0] - masked[0]).abs().max()),
+                float((plain[1] - masked[1]).abs().max()),
+            )
+            items, network = plain
+        per_global = math.ceil(data.num_users / min(config.clients_per_round, data.num_users))
+        added = statistics.median(secure_s) - statistics.median(plain_s)
+        timings[model_name] = {
+            "plain_ms": 1e3 * statistics.median(plain_s),
+            "secure_ms": 1e3 * statistics.median(secure_s),
+            "client_ms": 1e3 * statistics.median(client_s),
+            "server_ms": 1e3 * statistics.median(server_s),
+            "added_ms_per_round": 1e3 * added,
+            "added_s_per_global_round": added * per_global,
+            "upload_kb": statistics.median(upload) / 1024,
+            "max_abs_deviation": deviation,
+            "rounds": config.secagg_rounds,
+        }
+    return timings
+
+
+# ------------------------------------------------------------------------------------------------
+# Summaries, tables and plots
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and half-width of the 95% t-interval (0 for a single value)."""
+    from scipy.stats import t
+
+    values = list(values)
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, 0.0
+    return mean, float(
+        t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    )
+
+
+def summarise(
+    config: BenchFedNCFConfig, results: dict, lines: dict, costs: dict, secagg: dict
+) -> dict:
+    """A JSON-ready summary of everything measured."""
+    summary: dict[str, Any] = {
+        "config": dataclasses.asdict(config),
+        "machine": f"{platform.machine()} {platform.processor() or ''}, {os.cpu_count()} CPUs".strip(),
+        "reference": lines,
+        "costs": costs,
+        "secagg": secagg,
+        "models": {},
+    }
+    for model in config.models:
+        entry: dict[str, Any] = {"federated": {}, "central": None}
+        for aggregator in config.aggregators:
+            records = results.get(("federated", model, aggregator), [])
+            if not records:
+                continue
+            entry["federated"][aggregator] = {
+                "seeds": [r["spec"]["seed"] for r in records],
+                "hit_rate": mean_ci([r["hit_rate"] for r in records]),
+                "ndcg": mean_ci([r["ndcg"] for r in records]),
+                "train_seconds": mean_ci([r["train_seconds"] for r in records]),
+                "hit_rates": [r["hit_rate"] for r in records],
+            }
+        central = results.get(("central", model, ""), [])
+        if central:
+            entry["central"] = {
+                "hit_rate": mean_ci([r["hit_rate"] for r in central]),
+                "ndcg": mean_ci([r["ndcg"] for r in central]),
+                "best_hit_rate": mean_ci([r["best_hit_rate"] for r in central]),
+                "train_seconds": mean_ci([r["train_seconds"] for r in central]),
+            }
+        summary["models"][model] = entry
+    return summary
+
+
+def _fmt(pair: tuple[float, float] | list[float] | None, digits: int = 4) -> str:
+    if pair is None:
+        return "–"
+    mean, half = pair
+    return f"{mean:.{digits}f} ± {half:.{digits}f}" if half else f"{mean:.{digits}f}"
+
+
+def render(summary: dict, console: Any | None = None) -> None:
+    """Print tables 5-8 with rich."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    config = summary["config"]
+    units = (
+        f"{config['aggregation_rounds']} aggregation rounds"
+        if config["aggregation_rounds"]
+        else f"{config['global_rounds']} global rounds"
+    )
+    seeds = f"{config['seeds']} seed(s)"
+    ref = summary["reference"]
+
+    table = Table(
+        title=f"Aggregators (FedNCF table 5): HR@10 on {config['dataset']}",
+        caption=f"{units}, {config['clients_per_round']} clients per aggregation round; mean ± 95% "
+        f"t-interval over {seeds}. Popularity {ref['popularity']['hit_rate']:.4f}, random "
+        f"{ref['random']['hit_rate']:.4f}.",
+    )
+    table.add_column("model")
+    for aggregator in config["aggregators"]:
+        table.add_column(LABELS[aggregator], justify="right")
+    for model, entry in summary["models"].items():
+        table.add_row(
+            f"Fed{model.upper()}",
+            *(_fmt(entry["federated"].get(a, {}).get("hit_rate")) for a in config["aggregators"]),
+        )
+    console.print(table)
+
+    fed_rule = "mf-fedavg" if "mf-fedavg" in config["aggregators"] else config["aggregators"][-1]
+    table = Table(
+        title=f"Federated ({LABELS[fed_rule]}) vs centralised (FedNCF table 6)",
+        caption=f"centralised: {config['central_epochs']} epochs, batch 256, final epoch (best "
+        "epoch in brackets, optimistic: there is no validation split); gap = 1 − fed/central.",
+    )
+    for column in (
+        "model",
+        "central HR@10",
+        "central NDCG@10",
+        "fed HR@10",
+        "fed NDCG@10",
+        "HR gap",
+    ):
+        table.add_column(column, justify="right" if column != "model" else "left")
+    for model, entry in summary["models"].items():
+        central, fed = entry["central"], entry["federated"].get(fed_rule)
+        gap = "–"
+        if central and fed:
+            gap = f"{100 * (1 - fed['hit_rate'][0] / central['hit_rate'][0]):.1f}%"
+        table.add_row(
+            model.upper(),
+            f"{_fmt(central['hit_rate'])} [{central['best_hit_rate'][0]:.4f}]" if central else "–",
+            _fmt(central["ndcg"]) if central else "–",
+            _fmt(fed["hit_rate"]) if fed else "–",
+            _fmt(fed["ndcg"]) if fed else "–",
+            gap,
+        )
+    console.print(table)
+
+    table = Table(
+        title="Client cost per aggregation round (FedNCF table 7)",
+        caption="FLOPs: 3 × forward multiply-adds × 2 per example, 2 local epochs, mean examples "
+        "per client measured; KB of float32 weights (upload adds the MP bitmap and n_k; "
+        "MF-SecAvg sends 64-bit words incl. the per-item counts, plus keys and shares).",
+    )
+    for column in (
+        "model",
+        "network",
+        "item table",
+        "examples/epoch",
+        "MFLOPs",
+        "down KB",
+        "up KB",
+        "SecAvg up KB",
+    ):
+        table.add_column(column, justify="right" if column != "model" else "left")
+    for model, cost in summary["costs"].items():
+        secure_kb = summary["secagg"].get(model, {}).get("upload_kb", cost["secagg_upload_kb"])
+        table.add_row(
+            model.upper(),
+            f"{cost['network_weights']:,}",
+            f"{cost['item_weights']:,}",
+            f"{cost['mean_examples_per_epoch']:.0f}",
+            f"{cost['mflops_per_round']:.2f}",
+            f"{cost['download_kb']:.1f}",
+            f"{cost['upload_kb']:.1f}",
+            f"{secure_kb:.1f}",
+        )
+    console.print(table)
+
+    if summary["secagg"]:
+        table = Table(
+            title="MF-SecAvg added time per aggregation round (FedNCF table 8)",
+            caption=f"median of {config['secagg_rounds']} real rounds of {config['clients_per_round']} "
+            "clients, simulated in one process: client = one client's keys, shares, encoding and "
+            "masking; server = unmasking. Added = secure − plain aggregation (all clients' work "
+            "counted sequentially).",
+        )
+        for column in (
+            "model",
+            "plain ms",
+            "secure ms",
+            "client ms",
+            "server ms",
+            "added ms/round",
+            "added s/global round",
+            "max |Δ|",
+        ):
+            table.add_column(column, justify="right" if column != "model" else "left")
+        for model, row in summary["secagg"].items():
+            table.add_row(
+                model.upper(),
+                f"{row['plain_ms']:.2f}",
+                f"{row['secure_ms']:.1f}",
+                f"{row['client_ms']:.1f}",
+                f"{row['server_ms']:.1f}",
+                f"{row['added_ms_per_round']:.1f}",
+                f"{row['added_s_per_global_round']:.1f}",
+                f"{row['max_abs_deviation']:.1e}",
+            )
+        console.print(table)
+    times = [
+        f"Fed{model.upper()} {LABELS[a]} {v['train_seconds'][0]:.0f} s"
+        for model, entry in summary["models"].items()
+        for a, v in entry["federated"].items()
+    ]
+    console.print(f"Mean training time per run: {'; '.join(times)}. Machine: {summary['machine']}.")
+
+
+def plot(summary: dict, results: dict, out: Path) -> list[Path]:
+    """HR@10 per global round per aggregator (mean over seeds, min-max band) for each model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    config = summary["config"]
+    paths = []
+    for model, entry in summary["models"].items():
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for aggregator in config["aggregators"]:
+            records = results.get(("federated", model, aggregator), [])
+            if not records:
+                continue
+            rounds = np.array([p["global_round"] for p in records[0]["history"]])
+            curves = np.array([[p["hit_rate"] for p in r["history"]] for r in records])
+            ax.plot(rounds, curves.mean(0), label=LABELS[aggregator])
+            ax.fill_between(rounds, curves.min(0), curves.max(0), alpha=0.2)
+        if entry["central"]:
+            ax.axhline(entry["central"]["hit_rate"][0], color="k", ls="--", label="centralised")
+        ax.axhline(
+            summary["reference"]["popularity"]["hit_rate"],
+            color="tab:gray",
+            ls=":",
+            label="popularity",
+        )
+        ax.axhline(
+            summary["reference"]["random"]["hit_rate"], color="tab:red", ls=":", label="random"
+        )
+        ax.set_xlabel("global round (one pass over all clients)")
+        ax.set_ylabel("HR@10")
+        ax.set_title(
+            f"Fed{model.upper()} on {config['dataset']}, {config['clients_per_round']} clients/round"
+        )
+        ax.legend(loc="lower right", fontsize=8)
+        ax.grid(alpha=0.3)
+        path = out / f"fedncf_{model}_convergence.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def run_bench(config: BenchFedNCFConfig, *, log: Callable[[str], None] = print) -> dict:
+    """Run (or load) everything, write results.json and the plots; returns the summary."""
+    results = run_all(config, log=log)
+    lines = reference_lines(config)
+    costs = client_costs(config, results)
+    secagg = secagg_timing(config) if config.secagg_rounds else {}
+    summary = summarise(config, results, lines, costs, secagg)
+    out = Path(config.out)
+    summary["plots"] = [str(p) for p in plot(summary, results, out)]
+    (out / "results.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+# ------------------------------------------------------------------------------------------------
+# Command line
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``fedncf`` under ``fedrec bench``."""
+    parser = subparsers.add_parser(
+        "fedncf",
+        help="FedNCF: aggregators, federated vs centralised, client cost, MF-SecAvg",
+        description="Federated GMF/MLP/NeuMF (FedNCF) with SimpleAvg, FedAvg and MF-FedAvg over "
+        "several seeds, the centralised upper bound, popularity and random; prints FedNCF's "
+        "tables 5-8 and writes convergence plots. Runs are cached in --out.",
+    )
+    parser.add_argument("--dataset", default="ml-100k", help="data set (default ml-100k)")
+    parser.add_argument("--data-dir", help="data directory (default: the fedrec cache)")
+    parser.add_argument(
+        "--model",
+        nargs="+",
+        default=["gmf"],
+        choices=[*MODELS, "all"],
+        help="model(s) (default gmf)",
+    )
+    parser.add_argument(
+        "--aggregators", nargs="+", default=list(PLAIN_AGGREGATORS), choices=PLAIN_AGGREGATORS
+    )
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument(
+        "--global-rounds", type=int, help="passes over all clients (default 400, FedNCF's epochs)"
+    )
+    length.add_argument(
+        "--aggregation-rounds", type=int, help="train this many aggregation rounds instead"
+    )
+    parser.add_argument("--clients-per-round", type=int, default=20, help="c (default 20)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per configuration (default 3)")
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument(
+        "--eval-every", type=int, default=10, help="global rounds between evaluations"
+    )
+    parser.add_argument(
+        "--central-epochs", type=int, default=20, help="centralised epochs (default 20)"
+    )
+    parser.add_argument(
+        "--secagg-rounds", type=int, default=3, help="rounds timed with MF-SecAvg (0: skip)"
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="training runs in parallel (processes)")
+    parser.add_argument(
+        "--out", default="fedncf-bench", help="output folder (default ./fedncf-bench)"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 2 global rounds, 1 seed, 1 centralised epoch",
+    )
+    parser.set_defaults(handler=run)
+
+
+def config_from_args(args: argparse.Namespace) -> BenchFedNCFConfig:
+    """The bench configuration of parsed options (``--quick`` shortens the defaults)."""
+    models = MODELS if "all" in args.model else tuple(dict.fromkeys(args.model))
+    quick = args.quick
+    global_rounds = args.global_rounds or (2 if quick else 400)
+    return BenchFedNCFConfig(
+        dataset=args.dataset,
+        data_dir=args.data_dir,
+        models=models,
+        aggregators=tuple(args.aggregators),
+        global_rounds=global_rounds,
+        aggregation_rounds=args.aggregation_rounds,
+        clients_per_round=args.clients_per_round,
+        seeds=1 if quick else args.seeds,
+        first_seed=args.first_seed,
+        eval_every=1 if quick else args.eval_every,
+        central_epochs=1 if quick else args.central_epochs,
+        secagg_rounds=1 if quick else args.secagg_rounds,
+        jobs=args.jobs,
+        out=args.out,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """``fedrec bench fedncf``: train or load every run, print the tables, write plots."""
+    from rich.console import Console
+
+    console = Console()
+    try:
+        config = config_from_args(args)
+    except ValueError as error:
+        console.print(f"[red]error:[/red] {error}")
+        return 2
+    summary = run_bench(config, log=console.print)
+    render(summary, console)
+    console.print(
+        f"Plots: {', '.join(summary['plots'])}; summary: {Path(config.out) / 'results.json'}"
+    )
+    return 0

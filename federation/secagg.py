@@ -1,0 +1,480 @@
+"""MF-SecAvg: MF-FedAvg computed by secure aggregation, so the server only sees masked uploads.
+
+The protocol is the semi-honest version of Bonawitz et al., "Practical Secure Aggregation for
+Privacy-Preserving Machine Learning" (CCS 2017), with its dropout recovery:
+
+0. **AdvertiseKeys.** Every client k of the round makes two fresh X25519 key pairs, (c_k) for
+   encrypting shares and (s_k) for masks, and sends the public halves; the server relays them.
+1. **ShareKeys.** k draws a random 32-byte self-mask seed b_k and Shamir-shares (threshold t) both
+   b_k and its mask private key s_k^SK among the round's clients. Each share is encrypted with
+   ChaCha20-Poly1305 under HKDF(X25519(c_k, c_j)) and relayed by the server, who cannot read it.
+2. **MaskedInputCollection.** k encodes its plaintext vector x_k in fixed point in Z_{2^64} and
+   uploads y_k = x_k + PRG(b_k) + Σ_{j>k} PRG(s_kj) − Σ_{j<k} PRG(s_kj) (mod 2^64), where
+   s_kj = HKDF(X25519(s_k, s_j), round, pair) and PRG is the ChaCha20 keystream. A single y_k
+   is uniformly distributed whatever x_k is, zero entries included.
+3. **Unmasking.** The server announces the survivors U3 (whose y_k arrived) and the dropped
+   clients. Each responding survivor sends its share of b_k for every survivor and of s_d^SK for
+   every dropped d (never both for one client). With t shares the server rebuilds them, removes
+   the survivors' self masks and the dropped clients' dangling pairwise masks, and is left with
+   exactly Σ_{k∈U3} x_k. With fewer than t survivors or responders it **aborts the round**
+   (:class:`SecAggAborted`): the global model is kept, never a wrong aggregate.
+
+The MF-SecAvg plaintext of client k is ``[n_k θ_k | n_k | MP_k ⊙ Q_k | MP_k]`` (docs/fedncf.md
+§4), so the server obtains Σ n_k θ_k, N, the per-item sums over touched rows and the per-item
+counts c_i, and nothing per client. Fixed point: reals are scaled by 2^fraction_bits and rounded,
+integers (n_k, MP_k) are sent as they are; sums are exact modulo 2^64, so the secure aggregate
+equals MF-FedAvg up to the rounding of each client's values (≤ C · 2^-(fraction_bits+1)).
+"""
+
+from __future__ import annotations
+
+import secrets
+import struct
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from fedrec.federation.aggregators import Aggregator, ClientUpdates
+
+#: Shamir's field: the Mersenne prime 2^521 − 1 (larger than the 256-bit secrets shared).
+FIELD_PRIME = 2**521 - 1
+_RAW = serialization.Encoding.Raw
+_WORD_BYTES = 8
+
+
+class SecAggAborted(RuntimeError):
+    """The round was aborted: too few clients survived to unmask the sum (no aggregate)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Primitives
+
+
+def shamir_split(secret: int, *, num_shares: int, threshold: int) -> list[tuple[int, int]]:
+    """``num_shares`` Shamir shares (x = 1..n) of ``secret`` over GF(2^521 − 1), any ``threshold``
+    of which rebuild it.
+
+    Hand-written because ``cryptography`` has no secret sharing; it is the textbook scheme (a
+    random degree t−1 polynomial with constant term ``secret``, coefficients from ``secrets``).
+    """
+    if not 1 <= threshold <= num_shares:
+        raise ValueError(f"need 1 <= threshold <= num_shares, got {threshold} and {num_shares}")
+    if not 0 <= secret < FIELD_PRIME:
+        raise ValueError("secret must be an integer in [0, 2^521 - 1)")
+    coefficients = [secret] + [secrets.randbelow(FIELD_PRIME) for _ in range(threshold - 1)]
+    shares = []
+    for x in range(1, num_shares + 1):
+        y = 0
+        for coefficient in reversed(coefficients):  # Horner
+            y = (y * x + coefficient) % FIELD_PRIME
+        shares.append((x, y))
+    return shares
+
+
+def shamir_combine(shares: Sequence[tuple[int, int]]) -> int:
+    """The secret from shares (x, y) with distinct x (Lagrange interpolation at 0)."""
+    xs = [x for x, _ in shares]
+    if len(set(xs)) != len(xs):
+        raise ValueError("shares must have distinct x coordinates")
+    secret = 0
+    for i, (xi, yi) in enumerate(shares):
+        num, den = 1, 1
+        for j, xj in enumerate(xs):
+            if j != i:
+                num = num * xj % FIELD_PRIME
+                den = den * (xj - xi) % FIELD_PRIME
+        secret = (secret + yi * num * pow(den, -1, FIELD_PRIME)) % FIELD_PRIME
+    return secret
+
+
+def prg(seed: bytes, length: int) -> np.ndarray:
+    """``length`` pseudorandom uint64 words: the ChaCha20 keystream under key ``seed``."""
+    if len(seed) != 32:
+        raise ValueError("PRG seeds are 32 bytes")
+    encryptor = Cipher(algorithms.ChaCha20(seed, bytes(16)), mode=None).encryptor()
+    return np.frombuffer(encryptor.update(bytes(_WORD_BYTES * length)), dtype="<u8").copy()
+
+
+def _hkdf(secret: bytes, info: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret)
+
+
+def _pair_info(label: bytes, round_id: int, a: int, b: int) -> bytes:
+    return b"fedrec-secagg/" + label + struct.pack("<QII", round_id, min(a, b), max(a, b))
+
+
+def encode_fixed_point(values: np.ndarray, *, fraction_bits: int, num_clients: int) -> np.ndarray:
+    """Reals as two's-complement integers ``round(x · 2^fraction_bits)`` in Z_{2^64}.
+
+    :raises ValueError: if a sum of ``num_clients`` such values could overflow 2^63.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    scaled = np.rint(values * 2.0**fraction_bits)
+    limit = 2.0**63 / max(num_clients, 1)
+    if not np.all(np.abs(scaled) < limit):
+        raise ValueError(
+            f"fixed-point overflow: |x| up to {np.abs(values).max():.3g} with {fraction_bits} "
+            f"fraction bits and {num_clients} clients exceeds 2^63; lower fraction_bits"
+        )
+    return scaled.astype(np.int64).view(np.uint64)
+
+
+def decode_fixed_point(words: np.ndarray, *, fraction_bits: int) -> np.ndarray:
+    """The reals (float64) of two's-complement fixed-point words (e.g. a sum)."""
+    return np.asarray(words, dtype=np.uint64).view(np.int64).astype(np.float64) / 2.0**fraction_bits
+
+
+# ------------------------------------------------------------------------------------------------
+# The parties
+
+
+@dataclass(frozen=True)
+class PublicKeys:
+    """What a client advertises in round 0."""
+
+    cipher: bytes
+    """X25519 public key for encrypting shares (32 bytes)."""
+    mask: bytes
+    """X25519 public key for pairwise mask agreement (32 bytes)."""
+
+
+class SecAggClient:
+    """One client of a secure-aggregation round (holds its plaintext and secrets).
+
+    ``position`` is the client's index 0..n−1 in the round (its Shamir x is position + 1).
+    """
+
+    def __init__(self, position: int, vector: np.ndarray, *, round_id: int) -> None:
+        self.position = position
+        self.round_id = round_id
+        self._vector = np.asarray(vector, dtype=np.uint64)
+        self._cipher_key = X25519PrivateKey.generate()
+        self._mask_key = X25519PrivateKey.generate()
+        self._self_seed = secrets.token_bytes(32)
+        self._roster: dict[int, PublicKeys] = {}
+        self._held: dict[int, tuple[int, int]] = {}  # owner -> (share of s^SK, share of b)
+        self._revealed: dict[int, str] = {}
+
+    def advertise_keys(self) -> PublicKeys:
+        return PublicKeys(
+            self._cipher_key.public_key().public_bytes(_RAW, serialization.PublicFormat.Raw),
+            self._mask_key.public_key().public_bytes(_RAW, serialization.PublicFormat.Raw),
+        )
+
+    def _aead(self, other: int) -> ChaCha20Poly1305:
+        shared = self._cipher_key.exchange(
+            X25519PublicKey.from_public_bytes(self._roster[other].cipher)
+        )
+        return ChaCha20Poly1305(
+            _hkdf(shared, _pair_info(b"share-key", self.round_id, self.position, other))
+        )
+
+    def share_keys(self, roster: dict[int, PublicKeys], *, threshold: int) -> dict[int, bytes]:
+        """Encrypted shares of (s^SK, b) for every other client of ``roster`` (round 1)."""
+        self._roster = dict(roster)
+        members = sorted(roster)
+        if self.position not in roster or len(members) < threshold:
+            raise ValueError("the roster must include this client and at least `threshold` clients")
+        mask_secret = int.from_bytes(self._mask_key.private_bytes_raw(), "little")
+        seed_secret = int.from_bytes(self._self_seed, "little")
+        n = max(members) + 1
+        s_shares = shamir_split(mask_secret, num_shares=n, threshold=threshold)
+        b_shares = shamir_split(seed_secret, num_shares=n, threshold=threshold)
+        self._held[self.position] = (s_shares[self.position][1], b_shares[self.position][1])
+        out = {}
+        for other in members:
+            if other == self.position:
+                continue
+            payload = struct.pack("<II", self.position, other) + (
+                s_shares[other][1].to_bytes(66, "little")
+                + b_shares[other][1].to_bytes(66, "little")
+            )
+            nonce = struct.pack("<I", self.position) + bytes(8)
+            out[other] = nonce + self._aead(other).encrypt(
+                nonce, payload, struct.pack("<Q", self.round_id)
+            )
+        return out
+
+    def receive_shares(self, ciphertexts: dict[int, bytes]) -> None:
+        """Decrypt the shares other clients sent to this one (relayed by the server)."""
+        for sender, blob in ciphertexts.items():
+            nonce, body = blob[:12], blob[12:]
+            payload = self._aead(sender).decrypt(nonce, body, struct.pack("<Q", self.round_id))
+            owner, receiver = struct.unpack("<II", payload[:8])
+            if owner != sender or receiver != self.position:
+                raise ValueError("a share was relayed to the wrong client")
+            self._held[owner] = (
+                int.from_bytes(payload[8:74], "little"),
+                int.from_bytes(payload[74:140], "little"),
+            )
+
+    def pair_seed(self, other: int) -> bytes:
+        shared = self._mask_key.exchange(
+            X25519PublicKey.from_public_bytes(self._roster[other].mask)
+        )
+        return _hkdf(shared, _pair_info(b"mask", self.round_id, self.position, other))
+
+    def masked_input(self, committed: Iterable[int]) -> np.ndarray:
+        """y_k: the plaintext plus the self mask and the pairwise masks with ``committed`` (round 2)."""
+        length = len(self._vector)
+        masked = self._vector + prg(self._self_seed, length)
+        for other in committed:
+            if other == self.position:
+                continue
+            mask = prg(self.pair_seed(other), length)
+            if self.position < other:
+                masked += mask
+            else:
+                masked -= mask
+        return masked
+
+    def unmask(
+        self, survivors: set[int], dropped: set[int], *, threshold: int
+    ) -> dict[int, tuple[str, int]]:
+        """Shares for the server (round 3): of b_k for survivors, of s_d^SK for dropped clients.
+
+        Refuses (ValueError) to reveal both secrets of one client, or to help when fewer than
+        ``threshold`` survived (the server could otherwise unmask an individual input).
+        """
+        if survivors & dropped:
+            raise ValueError("a client cannot be both a survivor and dropped")
+        if len(survivors) < threshold:
+            raise ValueError("fewer survivors than the threshold: refusing to unmask")
+        out: dict[int, tuple[str, int]] = {}
+        for owner in survivors | dropped:
+            kind = "b" if owner in survivors else "s"
+            if self._revealed.setdefault(owner, kind) != kind:
+                raise ValueError(f"client {owner}: asked for both of its secrets")
+            s_share, b_share = self._held[owner]
+            out[owner] = (kind, b_share if kind == "b" else s_share)
+        return out
+
+
+@dataclass
+class SecureSumResult:
+    """The unmasked sum of the survivors' plaintext vectors, and what the round cost."""
+
+    total: np.ndarray
+    """Σ_{k∈survivors} x_k in Z_{2^64} (uint64)."""
+    survivors: list[int]
+    """positions of the clients whose inputs are in the sum."""
+    dropped: list[int]
+    """positions that dropped after sharing keys (their masks were recovered)."""
+    client_seconds: float
+    """wall time of all clients' work (keys, shares, masking), summed over clients."""
+    server_seconds: float
+    """wall time of the server's unmasking."""
+    upload_bytes_per_client: int
+    """bytes one client uploads: public keys, encrypted shares, masked vector, unmask shares."""
+    masked: dict[int, np.ndarray] = field(default_factory=dict)
+    """the masked uploads the server received (kept for tests and inspection)."""
+
+
+def secure_sum(
+    vectors: Sequence[np.ndarray],
+    *,
+    round_id: int,
+    threshold: int | None = None,
+    dropped_after_sharing: Iterable[int] = (),
+    silent_in_unmasking: Iterable[int] = (),
+) -> SecureSumResult:
+    """Run one secure-aggregation round over ``vectors`` (uint64, one per client).
+
+    ``dropped_after_sharing``: clients that shared their keys (so others masked with them) but
+    whose masked input never arrives; ``silent_in_unmasking``: survivors that do not answer the
+    unmasking request. ``threshold`` defaults to a majority, ⌊n/2⌋ + 1.
+
+    :raises SecAggAborted: with fewer than ``threshold`` survivors or responders.
+    """
+    n = len(vectors)
+    if n < 2:
+        raise ValueError("secure aggregation needs at least 2 clients")
+    length = len(vectors[0])
+    if any(len(v) != length for v in vectors):
+        raise ValueError("all client vectors must have the same length")
+    threshold = n // 2 + 1 if threshold is None else threshold
+    if not 2 <= threshold <= n:
+        raise ValueError(f"threshold must be in [2, {n}], got {threshold}")
+    dropped = set(dropped_after_sharing)
+    silent = set(silent_in_unmasking)
+    if not dropped | silent <= set(range(n)):
+        raise ValueError(f"dropped and silent clients must be positions in [0, {n})")
+    clock = time.perf_counter
+    client_seconds = 0.0
+
+    start = clock()
+    clients = [SecAggClient(k, v, round_id=round_id) for k, v in enumerate(vectors)]
+    roster = {c.position: c.advertise_keys() for c in clients}
+    mailbox: dict[int, dict[int, bytes]] = {k: {} for k in range(n)}
+    share_bytes = 0
+    for client in clients:  # the server only relays ciphertexts
+        for receiver, blob in client.share_keys(roster, threshold=threshold).items():
+            mailbox[receiver][client.position] = blob
+            share_bytes += len(blob)
+    for client in clients:
+        client.receive_shares(mailbox[client.position])
+    committed = sorted(roster)
+    masked = {c.position: c.masked_input(committed) for c in clients if c.position not in dropped}
+    client_seconds += clock() - start
+
+    survivors = set(masked)
+    if len(survivors) < threshold:
+        raise SecAggAborted(
+            f"round {round_id}: {len(survivors)} of {n} clients survived, below the threshold "
+            f"{threshold}; the round is aborted and the global model kept"
+        )
+    start = clock()
+    responses = {
+        k: clients[k].unmask(survivors, dropped, threshold=threshold)
+        for k in sorted(survivors - silent)
+    }
+    client_seconds += clock() - start
+    if len(responses) < threshold:
+        raise SecAggAborted(
+            f"round {round_id}: only {len(responses)} clients answered the unmasking request, "
+            f"below the threshold {threshold}; the round is aborted and the global model kept"
+        )
+
+    start = clock()
+    total = np.zeros(length, dtype=np.uint64)
+    for y in masked.values():
+        total += y
+    helpers = sorted(responses)[:threshold]
+    for owner in sorted(survivors):
+        seed = shamir_combine([(h + 1, responses[h][owner][1]) for h in helpers])
+        total -= prg(seed.to_bytes(32, "little"), length)
+    for owner in sorted(dropped):
+        secret = shamir_combine([(h + 1, responses[h][owner][1]) for h in helpers])
+        key = X25519PrivateKey.from_private_bytes(secret.to_bytes(32, "little"))
+        for k in sorted(survivors):
+            shared = key.exchange(X25519PublicKey.from_public_bytes(roster[k].mask))
+            mask = prg(_hkdf(shared, _pair_info(b"mask", round_id, owner, k)), length)
+            if k < owner:  # k added +PRG(s_k,owner); undo it
+                total -= mask
+            else:
+                total += mask
+    server_seconds = clock() - start
+    keys_bytes = 64
+    unmask_bytes = (len(survivors) + len(dropped)) * 67
+    upload = keys_bytes + share_bytes // n + length * _WORD_BYTES + unmask_bytes
+    return SecureSumResult(
+        total=total,
+        survivors=sorted(survivors),
+        dropped=sorted(dropped),
+        client_seconds=client_seconds,
+        server_seconds=server_seconds,
+        upload_bytes_per_client=upload,
+        masked=masked,
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# MF-SecAvg as an aggregator
+
+
+def mf_secavg_vector(updates: ClientUpdates, position: int, *, fraction_bits: int) -> np.ndarray:
+    """Client ``position``'s plaintext ``[n_k θ_k | n_k | MP_k ⊙ Q_k | MP_k]`` in Z_{2^64}."""
+    c = updates.num_clients
+    n_k = int(updates.num_samples[position])
+    rows = updates.row_client == position
+    items = updates.row_item[rows].numpy()
+    table = np.zeros((updates.num_items, updates.item_rows.shape[1]), dtype=np.float64)
+    table[items] = updates.item_rows[rows].numpy()
+    touched = np.zeros(updates.num_items, dtype=np.uint64)
+    touched[items] = 1
+    network = updates.network[position].numpy().astype(np.float64) * n_k
+    return np.concatenate(
+        [
+            encode_fixed_point(network, fraction_bits=fraction_bits, num_clients=c),
+            np.array([n_k], dtype=np.uint64),
+            encode_fixed_point(table.reshape(-1), fraction_bits=fraction_bits, num_clients=c),
+            touched,
+        ]
+    )
+
+
+class MFSecAvg(Aggregator):
+    """MF-FedAvg on masked uploads (see the module docstring); equal to MF-FedAvg up to rounding.
+
+    ``dropout``: probability that each client drops after sharing its keys (seeded by ``seed``),
+    to exercise recovery during training. Aborted rounds raise :class:`SecAggAborted`.
+    """
+
+    name = "mf-secavg"
+
+    def __init__(
+        self,
+        *,
+        fraction_bits: int = 24,
+        threshold: int | None = None,
+        dropout: float = 0.0,
+        seed: int = 0,
+    ) -> None:
+        if not 8 <= fraction_bits <= 48:
+            raise ValueError(f"fraction_bits must be in [8, 48], got {fraction_bits}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.fraction_bits = fraction_bits
+        self.threshold = threshold
+        self.dropout = dropout
+        self.rng = np.random.default_rng(seed)
+        self.rounds = 0
+        self.last: SecureSumResult | None = None
+
+    def aggregate(
+        self, *, items: torch.Tensor, network: torch.Tensor, updates: ClientUpdates
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        c = updates.num_clients
+        round_id = self.rounds
+        self.rounds += 1
+        if c == 1:
+            raise SecAggAborted("a round with one client cannot be aggregated securely")
+        start = time.perf_counter()
+        vectors = [mf_secavg_vector(updates, k, fraction_bits=self.fraction_bits) for k in range(c)]
+        encode_seconds = time.perf_counter() - start
+        dropped = np.flatnonzero(self.rng.random(c) < self.dropout) if self.dropout else []
+        result = secure_sum(
+            vectors, round_id=round_id, threshold=self.threshold, dropped_after_sharing=dropped
+        )
+        result.client_seconds += encode_seconds
+        self.last = result
+        return decode_mf_secavg(
+            result.total, items=items, network=network, fraction_bits=self.fraction_bits
+        )
+
+
+def decode_mf_secavg(
+    total: np.ndarray, *, items: torch.Tensor, network: torch.Tensor, fraction_bits: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """New (items, network) from the unmasked sum: NN = Σ n θ / N, Q[i] = Σ_touched Q_k[i] / c_i."""
+    num_items, width = items.shape
+    size = network.numel()
+    weighted = decode_fixed_point(total[:size], fraction_bits=fraction_bits)
+    num_samples = float(int(total[size]))
+    sums = decode_fixed_point(
+        total[size + 1 : size + 1 + num_items * width], fraction_bits=fraction_bits
+    )
+    counts = total[size + 1 + num_items * width :].view(np.int64)
+    new_items = items.clone()
+    touched = torch.from_numpy(counts > 0)
+    means = torch.from_numpy(sums.reshape(num_items, width) / np.maximum(counts, 1)[:, None])
+    new_items[touched] = means[touched].to(items.dtype)
+    return new_items, torch.from_numpy(weighted / num_samples).to(network.dtype)
+
+
+def upload_sizes(*, network_size: int, num_items: int, item_width: int) -> dict[str, int]:
+    """Words of each segment of the MF-SecAvg plaintext (for cost tables)."""
+    return {
+        "network": network_size,
+        "samples": 1,
+        "items": num_items * item_width,
+        "counts": num_items,
+    }

@@ -1,0 +1,830 @@
+"""FedNCF training: federated GMF/MLP/NeuMF with a batched client simulation, and centralised NCF.
+
+Federated protocol (``docs/fedncf.md`` §2): every user is a client holding its own interactions
+and its own user embedding row, which never leaves it (simulated by a private per-user store). In
+each *aggregation round* the server picks ``clients_per_round`` clients, sends them the global item
+table(s) and network weights; each client rebuilds its local set (its training positives plus
+``num_negatives`` fresh uniform negatives per positive, every local epoch), trains for
+``local_epochs`` epochs with a fresh optimiser, and uploads its touched item rows, network weights
+and n_k; the server aggregates (:mod:`fedrec.federation.aggregators`).
+
+**Units.** A *global round* is one pass over all clients: the users are permuted and split into
+``ceil(U / clients_per_round)`` aggregation rounds of ``clients_per_round`` or one fewer clients,
+so every user trains exactly once per global round. FedNCF's "400 epochs" are 400 global rounds
+(≈ 19k aggregation rounds on ML-100K with 20 clients), not 400 aggregation rounds.
+
+**Optimiser.** Adam (lr 1e-3) on the network weights and, lazily, on embedding rows
+(``torch.optim.SparseAdam``, as for ``nn.Embedding(sparse=True)``): a row moves only on steps
+whose batch contains it. The batch size (not given by FedNCF) defaults to 64 on clients and 256
+(NCF's default) centrally.
+
+**Batched simulation.** :func:`train_round_batched` trains a round's clients together: their
+network weights and user rows are stacked into one (C, ·) array, their item rows into one flat
+table (each client only holds the rows it will touch), and each step runs all clients' batches
+through stacked NumPy ``matmul``/gathers with hand-written gradients and a vectorised
+(Sparse)Adam (NumPy because its per-call overhead is several times PyTorch's at these tiny
+sizes). Sampling and batch layout for all clients take a few vectorised calls per round. Clients are
+sorted by their number of local steps, so the clients still training at any step are a prefix of
+the stack. :func:`train_round_reference` is the plain per-client loop (an :class:`NCF` module,
+``torch.optim``'s optimisers, autograd) that the batched version is tested against.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from fedrec.agents.ncf import NCF, NCFConfig, make_optimizers
+from fedrec.envs.datasets.catalog import load_prepared
+from fedrec.envs.datasets.preprocess import PreparedData, sample_training_negatives
+from fedrec.eval.ranking_metrics import RankingResult
+from fedrec.federation.aggregators import AGGREGATOR_NAMES, ClientUpdates, make_aggregator
+
+BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
+
+
+# ------------------------------------------------------------------------------------------------
+# Configurations and results
+
+
+@dataclass(frozen=True)
+class FedNCFConfig:
+    """One federated training run (defaults: FedNCF on ML-100K)."""
+
+    model: NCFConfig = field(default_factory=NCFConfig)
+    """the NCF architecture (GMF, MLP or NeuMF)."""
+    aggregator: str = "mf-fedavg"
+    """server rule: "simpleavg", "fedavg", "mf-fedavg" or "mf-secavg"."""
+    global_rounds: int = 400
+    """passes over all clients (FedNCF's "epochs"); ignored when aggregation_rounds is set."""
+    aggregation_rounds: int | None = None
+    """if set, train exactly this many aggregation rounds instead (the other unit)."""
+    clients_per_round: int = 20
+    """c: clients selected per aggregation round (FedNCF: 20 for ML-100K)."""
+    local_epochs: int = 2
+    """local epochs per participation."""
+    batch_size: int = 64
+    """local mini-batch size (FedNCF does not give one)."""
+    lr: float = 1e-3
+    """Adam learning rate (fresh optimiser every participation)."""
+    num_negatives: int = 4
+    """sampled negatives per training positive, redrawn every local epoch."""
+    eval_every: int = 10
+    """evaluate HR@10/NDCG@10 every this many global rounds (0: only at the end)."""
+    top_k: int = 10
+    """K of HR@K and NDCG@K."""
+    seed: int = 0
+    """seeds initialisation, client selection and local sampling."""
+    simulation: Literal["batched", "reference"] = "batched"
+    """client simulation: stacked batched tensors, or the per-client reference loop."""
+
+    def __post_init__(self) -> None:
+        if self.aggregator.lower() not in AGGREGATOR_NAMES:
+            raise ValueError(
+                f"aggregator must be one of {AGGREGATOR_NAMES}, got {self.aggregator!r}"
+            )
+        positive = {
+            "clients_per_round": self.clients_per_round,
+            "local_epochs": self.local_epochs,
+            "batch_size": self.batch_size,
+            "num_negatives": self.num_negatives,
+            "top_k": self.top_k,
+        }
+        for name, value in positive.items():
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if self.aggregation_rounds is None and self.global_rounds < 1:
+            raise ValueError(f"global_rounds must be >= 1, got {self.global_rounds}")
+        if self.aggregation_rounds is not None and self.aggregation_rounds < 1:
+            raise ValueError(f"aggregation_rounds must be >= 1, got {self.aggregation_rounds}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.eval_every < 0:
+            raise ValueError(f"eval_every must be >= 0, got {self.eval_every}")
+        if self.simulation not in ("batched", "reference"):
+            raise ValueError(
+                f"simulation must be 'batched' or 'reference', got {self.simulation!r}"
+            )
+
+    def rounds_per_global(self, num_users: int) -> int:
+        """Aggregation rounds in one global round: ceil(U / clients_per_round)."""
+        return math.ceil(num_users / min(self.clients_per_round, num_users))
+
+    def total_aggregation_rounds(self, num_users: int) -> int:
+        """The run's length in aggregation rounds."""
+        if self.aggregation_rounds is not None:
+            return self.aggregation_rounds
+        return self.global_rounds * self.rounds_per_global(num_users)
+
+
+@dataclass(frozen=True)
+class CentralConfig:
+    """One centralised training run on the pooled data (the upper bound)."""
+
+    model: NCFConfig = field(default_factory=NCFConfig)
+    """the NCF architecture (GMF, MLP or NeuMF)."""
+    epochs: int = 20
+    """passes over the pooled training data (fresh negatives each)."""
+    batch_size: int = 256
+    """mini-batch size (NCF's default)."""
+    lr: float = 1e-3
+    """Adam learning rate."""
+    num_negatives: int = 4
+    """sampled negatives per training positive, redrawn every epoch."""
+    eval_every: int = 1
+    """evaluate every this many epochs (0: only at the end)."""
+    top_k: int = 10
+    """K of HR@K and NDCG@K."""
+    seed: int = 0
+    """seeds initialisation and sampling."""
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "num_negatives", "top_k"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.eval_every < 0:
+            raise ValueError(f"eval_every must be >= 0, got {self.eval_every}")
+
+
+@dataclass(frozen=True)
+class EvalPoint:
+    """HR@K / NDCG@K after a number of global rounds (or epochs)."""
+
+    global_round: float
+    """global rounds (federated) or epochs (centralised) completed."""
+    aggregation_round: int
+    """aggregation rounds completed (equal to epochs when centralised)."""
+    hit_rate: float
+    ndcg: float
+    seconds: float
+    """training wall time so far (evaluation excluded)."""
+
+
+@dataclass
+class TrainResult:
+    """What a training run produced: the model, its learning curve and costs."""
+
+    model: NCF
+    history: list[EvalPoint]
+    final: RankingResult
+    train_seconds: float
+    aborted_rounds: int = 0
+    """MF-SecAvg rounds aborted because too many clients dropped (global model kept)."""
+    client_samples: list[int] = field(default_factory=list)
+    """n_k of every participation (for per-client cost)."""
+    aggregation_seconds: float = 0.0
+    """time spent in the aggregator (server side, plus client masking for MF-SecAvg)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Client data and local sampling
+
+
+@dataclass(frozen=True)
+class ClientData:
+    """Every client's local data as CSR arrays: training positives and all positives (sorted)."""
+
+    train_indptr: np.ndarray
+    """(U+1,) offsets of each user's training positives in ``train_items``."""
+    train_items: np.ndarray
+    """training positives (each user's held-out item excluded), per user chronological."""
+    positives_indptr: np.ndarray
+    """(U+1,) offsets of each user's positives in ``positives_sorted``."""
+    positives_sorted: np.ndarray
+    """all positives (train + held-out), per user sorted ascending: never sampled as negatives."""
+    num_items: int
+
+    @classmethod
+    def of(cls, data: PreparedData) -> ClientData:
+        mask = data.train_mask
+        train_counts = np.diff(data.indptr) - 1
+        users = data.user_of_row
+        order = np.lexsort((data.items, users))  # distinct per user after preprocessing
+        return cls(
+            train_indptr=np.concatenate([[0], np.cumsum(train_counts)]).astype(np.int64),
+            train_items=data.items[mask].astype(np.int64),
+            positives_indptr=data.indptr.astype(np.int64),
+            positives_sorted=data.items[order].astype(np.int64),
+            num_items=data.num_items,
+        )
+
+    def train_of(self, user: int) -> np.ndarray:
+        return self.train_items[self.train_indptr[user] : self.train_indptr[user + 1]]
+
+
+def _segments(indptr: np.ndarray, values: np.ndarray, users: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(values, owner position, index within owner) of the CSR segments of ``users``."""
+    starts, lengths = indptr[users], indptr[users + 1] - indptr[users]
+    owner = np.repeat(np.arange(len(users)), lengths)
+    first = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    within = np.arange(int(lengths.sum())) - first[owner]
+    return values[starts[owner] + within], owner, within
+
+
+@dataclass(frozen=True)
+class RoundSamples:
+    """The local training examples of a round's clients, all local epochs (S examples)."""
+
+    users: np.ndarray
+    """(C,) the clients (user ids)."""
+    samples: np.ndarray
+    """(C,) n_k: examples per local epoch (positives plus negatives)."""
+    client: np.ndarray
+    """(S,) position of each example's client in ``users``."""
+    epoch: np.ndarray
+    """(S,) local epoch of each example."""
+    position: np.ndarray
+    """(S,) place of the example in its client's shuffled epoch (0..n_k-1)."""
+    items: np.ndarray
+    """(S,) item ids."""
+    labels: np.ndarray
+    """(S,) float32 1 for positives, 0 for negatives."""
+
+    def client_epochs(self, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(items, labels) of client ``k``'s local epochs, in training order."""
+        out = []
+        for epoch in range(int(self.epoch.max()) + 1):
+            rows = np.flatnonzero((self.client == k) & (self.epoch == epoch))
+            rows = rows[np.argsort(self.position[rows])]
+            out.append((self.items[rows], self.labels[rows]))
+        return out
+
+
+def round_rng(seed: int, aggregation_round: int) -> np.random.Generator:
+    """The local-sampling stream of one aggregation round."""
+    return np.random.default_rng([seed, 3, aggregation_round])
+
+
+def sample_round(
+    clients: ClientData,
+    users: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    num_negatives: int,
+    local_epochs: int,
+) -> RoundSamples:
+    """Every local epoch of every client: its positives + fresh uniform negatives, shuffled.
+
+    Negatives are drawn uniformly (with replacement) from the items the client never interacted
+    with, by indexing the complement of its sorted positives directly (no rejection loop); all
+    clients are sampled together in a few vectorised calls.
+    """
+    users = np.asarray(users, dtype=np.int64)
+    num_items = clients.num_items
+    positives, pos_owner, _ = _segments(clients.train_indptr, clients.train_items, users)
+    known, known_owner, known_within = _segments(
+        clients.positives_indptr, clients.positives_sorted, users
+    )
+    n_known = np.bincount(known_owner, minlength=len(users))
+    free = num_items - n_known
+    if np.any(free < 1):
+        raise ValueError(f"user {users[free < 1][0]} interacted with every item; no negatives")
+    # complement indexing: the f-th free item of a client is f + #{positives p: p - rank(p) <= f}
+    spacing = 2 * num_items + 2
+    shifted = known - known_within + known_owner * spacing
+    known_start = np.concatenate([[0], np.cumsum(n_known)[:-1]])
+    n_pos = np.bincount(pos_owner, minlength=len(users))
+    neg_owner = np.repeat(np.arange(len(users)), n_pos * num_negatives)
+    owner = np.concatenate([pos_owner, neg_owner])
+    labels = np.concatenate(
+        [np.ones(len(pos_owner), np.float32), np.zeros(len(neg_owner), np.float32)]
+    )
+    samples = n_pos * (1 + num_negatives)
+    group_start = np.concatenate([[0], np.cumsum(samples)[:-1]])
+    parts = []
+    for epoch in range(local_epochs):
+        index = (rng.random(len(neg_owner)) * free[neg_owner]).astype(np.int64)
+        below = np.searchsorted(shifted, index + neg_owner * spacing, side="right")
+        negatives = index + below - known_start[neg_owner]
+        items = np.concatenate([positives, negatives])
+        order = np.argsort(owner + rng.random(len(items)))  # shuffle within each client
+        owner_sorted = owner[order]
+        parts.append(
+            (
+                owner_sorted,
+                np.full(len(order), epoch),
+                np.arange(len(order)) - group_start[owner_sorted],
+                items[order],
+                labels[order],
+            )
+        )
+    client, epoch_of, position, items, labels_all = (
+        np.concatenate(p) for p in zip(*parts, strict=True)
+    )
+    return RoundSamples(users, samples, client, epoch_of, position, items, labels_all)
+
+
+# ------------------------------------------------------------------------------------------------
+# The reference client: one NCF module and torch.optim per client
+
+
+def train_round_reference(
+    config: NCFConfig,
+    *,
+    round_samples: RoundSamples,
+    user_rows: torch.Tensor,
+    items: torch.Tensor,
+    network: torch.Tensor,
+    lr: float,
+    batch_size: int,
+) -> tuple[ClientUpdates, torch.Tensor]:
+    """Train the round's clients one after another with ``torch.optim`` (the reference).
+
+    ``user_rows`` (C, E) are the clients' private rows; returns the uploads and the new rows.
+    """
+    networks, new_rows, row_client, row_item, item_rows = [], [], [], [], []
+    num_items = items.shape[0]
+    for k in range(len(round_samples.users)):
+        epochs = round_samples.client_epochs(k)
+        model = NCF(config, num_users=1, num_items=num_items)
+        model.load_federated(user_table=user_rows[k : k + 1], item_table=items, network=network)
+        optimizers = make_optimizers(model, lr=lr)
+        for batch_items, batch_labels in _batches(epochs, batch_size):
+            user = torch.zeros(len(batch_items), dtype=torch.int64)
+            logits = model(user, torch.from_numpy(batch_items))
+            loss = F.binary_cross_entropy_with_logits(logits, torch.from_numpy(batch_labels))
+            for optimizer in optimizers:
+                optimizer.zero_grad()
+            loss.backward()
+            for optimizer in optimizers:
+                optimizer.step()
+        touched = np.unique(np.concatenate([e[0] for e in epochs]))
+        networks.append(model.network_vector())
+        new_rows.append(model.user_table()[0])
+        row_client.append(np.full(len(touched), k))
+        row_item.append(touched)
+        item_rows.append(model.item_table()[torch.from_numpy(touched)])
+    updates = ClientUpdates(
+        clients=round_samples.users.copy(),
+        num_samples=round_samples.samples.copy(),
+        network=torch.stack(networks),
+        row_client=torch.from_numpy(np.concatenate(row_client)),
+        row_item=torch.from_numpy(np.concatenate(row_item)),
+        item_rows=torch.cat(item_rows),
+        num_items=num_items,
+    )
+    return updates, torch.stack(new_rows)
+
+
+def _batches(
+    epochs: list[tuple[np.ndarray, np.ndarray]], batch_size: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    out = []
+    for items, labels in epochs:
+        for start in range(0, len(items), batch_size):
+            out.append((items[start : start + batch_size], labels[start : start + batch_size]))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# The batched simulation
+
+
+@dataclass
+class _RoundPlan:
+    """A round's examples packed for lockstep training (clients sorted by local steps, desc).
+
+    Step t trains the first ``active[t]`` clients of the stack on one batch each; its entries are
+    ``[offsets[t], offsets[t+1])`` of the packed arrays, laid out (active[t], B). Each client's
+    item rows live in one flat table (the rows it touches, then a dummy row for padding).
+    """
+
+    order: np.ndarray  # (C,) client positions, by descending local steps
+    active: np.ndarray  # (T,) clients still training at step t (a prefix of the stack)
+    offsets: np.ndarray  # (T+1,) packed-entry offsets of each step
+    flat_rows: np.ndarray  # (entries,) flat-table row of each entry (dummy for padding)
+    labels: np.ndarray  # (entries,) float32
+    weights: np.ndarray  # (entries,) float32 1/(valid batch size); 0 for padding
+    unique_offsets: np.ndarray  # (T+1,) offsets of each step's distinct rows
+    unique_rows: np.ndarray  # distinct flat rows touched at each step, step after step
+    unique_first: np.ndarray  # step-relative entry holding each distinct row's first occurrence
+    dup_offsets: np.ndarray  # (T+1,) offsets of each step's repeated occurrences
+    dup_target: np.ndarray  # step-relative distinct-row index of each repeated occurrence
+    dup_source: np.ndarray  # step-relative entry of each repeated occurrence
+    row_client: np.ndarray  # (R,) stack position of each flat row's client
+    row_item: np.ndarray  # (R,) item id of each flat row
+
+
+def _plan_round(samples: RoundSamples, *, batch_size: int, num_items: int) -> _RoundPlan:
+    n = samples.samples
+    batches = -(-n // batch_size)
+    steps = (int(samples.epoch.max()) + 1) * batches
+    order = np.argsort(-steps, kind="stable")
+    slot_of = np.empty_like(order)
+    slot_of[order] = np.arange(len(order))
+    total_steps = int(steps.max())
+    active = (steps[order][None, :] > np.arange(total_steps)[:, None]).sum(1)
+    offsets = np.concatenate([[0], np.cumsum(active * batch_size)])
+    client = samples.client
+    slot = slot_of[client]
+    batch = samples.position // batch_size
+    t = samples.epoch * batches[client] + batch
+    rel = slot * batch_size + samples.position % batch_size  # entry within its step
+    # flat table: each client's touched items in (slot, item) order, then the dummy row
+    key = slot * num_items + samples.items
+    mark = np.zeros(len(order) * num_items, dtype=bool)
+    mark[key] = True
+    touched = np.flatnonzero(mark)
+    flat = (np.cumsum(mark) - 1)[key]
+    dummy = len(touched)
+    entries = int(offsets[-1])
+    flat_rows = np.full(entries, dummy, np.int64)
+    labels = np.zeros(entries, np.float32)
+    weights = np.zeros(entries, np.float32)
+    packed = offsets[t] + rel
+    flat_rows[packed] = flat
+    labels[packed] = samples.labels
+    weights[packed] = 1.0 / np.minimum(n[client] - batch * batch_size, batch_size)
+    # distinct rows per step: first occurrences and the repeats that must be added to them
+    stride = len(order) * batch_size
+    sort = np.argsort(
+        (t * (dummy + 1) + flat) * stride + rel
+    )  # by step, row, entry (distinct keys)
+    t_s, flat_s, rel_s = t[sort], flat[sort], rel[sort]
+    first = np.ones(len(sort), dtype=bool)
+    first[1:] = (t_s[1:] != t_s[:-1]) | (flat_s[1:] != flat_s[:-1])
+    unique_index = np.cumsum(first) - 1
+    unique_t = t_s[first]
+    unique_offsets = np.searchsorted(unique_t, np.arange(total_steps + 1))
+    dups = ~first
+    dup_t = t_s[dups]
+    return _RoundPlan(
+        order=order,
+        active=active,
+        offsets=offsets,
+        flat_rows=flat_rows,
+        labels=labels,
+        weights=weights,
+        unique_offsets=unique_offsets,
+        unique_rows=flat_s[first],
+        unique_first=rel_s[first],
+        dup_offsets=np.searchsorted(dup_t, np.arange(total_steps + 1)),
+        dup_target=unique_index[dups] - unique_offsets[dup_t],
+        dup_source=rel_s[dups],
+        row_client=touched // num_items,
+        row_item=touched % num_items,
+    )
+
+
+class _BatchedNetwork:
+    """Forward and hand-written backward of a stack of NCF networks (A clients, B examples each).
+
+    Written in NumPy: at these sizes (20 x 64 examples, 12-d rows) the per-call overhead dominates
+    and NumPy's is several times lower than PyTorch's; the maths is the same float32 arithmetic.
+    """
+
+    def __init__(self, config: NCFConfig) -> None:
+        self.config = config
+        self.width = config.item_width
+        self.slices: list[tuple[int, int, tuple[int, ...]]] = []
+        offset = self.width  # the dense stack is [user row | network]
+        for _, shape in config.network_shapes():
+            size = int(np.prod(shape))
+            self.slices.append((offset, offset + size, shape))
+            offset += size
+        self.dense_size = offset
+
+    def gradients(
+        self, dense: np.ndarray, q: np.ndarray, y: np.ndarray, w: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(d dense (A, D), d q (A, B, E)) of the sum over clients of their mean BCE losses."""
+        cfg = self.config
+        g_dim = cfg.gmf_dim
+        a = dense.shape[0]
+        user = dense[:, : self.width]
+        views = [dense[:, lo:hi].reshape(a, *shape) for lo, hi, shape in self.slices]
+        head_w, head_b = views[-2][:, 0], views[-1]  # (A, F), (A, 1)
+        if cfg.model == "gmf":  # fast path: logit = q · (p ⊙ h) + b
+            ph = user * head_w
+            logits = np.matmul(q, ph[:, :, None])[..., 0] + head_b
+            g = _sigmoid_minus(logits, y, w)
+            d_ph = np.matmul(g[:, None, :], q)[:, 0]
+            d_q = g[:, :, None] * ph[:, None, :]
+            return np.concatenate([d_ph * head_w, d_ph * user, g.sum(1, keepdims=True)], 1), d_q
+        b = q.shape[1]
+        parts, zs = [], []
+        if cfg.uses_gmf:
+            parts.append(user[:, None, :g_dim] * q[..., :g_dim])
+        if cfg.uses_mlp:
+            mlp_user = np.broadcast_to(user[:, None, g_dim:], (a, b, cfg.mlp_dim))
+            z = np.concatenate([mlp_user, q[..., g_dim:]], 2)
+            zs.append(z)
+            for layer in range(len(cfg.hidden)):
+                weight, bias = views[2 * layer], views[2 * layer + 1]
+                z = np.matmul(z, weight.transpose(0, 2, 1))
+                z += bias[:, None, :]
+                np.maximum(z, 0, out=z)
+                zs.append(z)
+            parts.append(z)
+        feats = parts[0] if len(parts) == 1 else np.concatenate(parts, 2)
+        logits = np.matmul(feats, head_w[:, :, None])[..., 0] + head_b
+        g = _sigmoid_minus(logits, y, w)
+        d_feats = g[:, :, None] * head_w[:, None, :]
+        d_user, d_q, grads = [], [], []
+        if cfg.uses_gmf:
+            d_fg = d_feats[..., :g_dim]
+            d_user.append((d_fg * q[..., :g_dim]).sum(1))
+            d_q.append(d_fg * user[:, None, :g_dim])
+        if cfg.uses_mlp:
+            dz = d_feats[..., g_dim:]
+            layer_grads = []
+            for layer in reversed(range(len(cfg.hidden))):
+                d_pre = dz * (zs[layer + 1] > 0)
+                d_weight = np.matmul(d_pre.transpose(0, 2, 1), zs[layer])
+                layer_grads.append((d_weight.reshape(a, -1), d_pre.sum(1)))
+                dz = np.matmul(d_pre, views[2 * layer])
+            d_user.append(dz[..., : cfg.mlp_dim].sum(1))
+            d_q.append(dz[..., cfg.mlp_dim :])
+            for d_weight, d_bias in reversed(layer_grads):
+                grads.extend((d_weight, d_bias))
+        grads.append(np.matmul(g[:, None, :], feats)[:, 0])
+        grads.append(g.sum(1, keepdims=True))
+        d_dense = np.concatenate([*d_user, *grads], 1)
+        return d_dense, (d_q[0] if len(d_q) == 1 else np.concatenate(d_q, 2))
+
+
+def _sigmoid_minus(logits: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """(σ(logits) − y) · w: the gradient of the weighted BCE-with-logits loss."""
+    with np.errstate(over="ignore"):
+        g = np.exp(-logits)
+    g += 1
+    np.reciprocal(g, out=g)
+    g -= y
+    g *= w
+    return g
+
+
+def train_round_batched(
+    config: NCFConfig,
+    *,
+    round_samples: RoundSamples,
+    user_rows: torch.Tensor,
+    items: torch.Tensor,
+    network: torch.Tensor,
+    lr: float,
+    batch_size: int,
+    engine: _BatchedNetwork | None = None,
+) -> tuple[ClientUpdates, torch.Tensor]:
+    """Train a round's clients together (same results as :func:`train_round_reference`).
+
+    Per step: gather every active client's batch rows from the flat table, one stacked
+    forward/backward, then SparseAdam on the distinct rows touched (first occurrences plus the
+    repeats added in) and Adam on the stacked [user row | network] of the active clients.
+    """
+    engine = engine or _BatchedNetwork(config)
+    num_items, width = items.shape
+    plan = _plan_round(round_samples, batch_size=batch_size, num_items=num_items)
+    c = len(plan.order)
+    dense = np.concatenate(
+        [user_rows.numpy()[plan.order], np.broadcast_to(network.numpy(), (c, network.numel()))], 1
+    ).astype(np.float32)
+    dense_m, dense_v = np.zeros_like(dense), np.zeros_like(dense)
+    # flat state rows [param | m | v]: one gather and one scatter per step
+    state = np.zeros((len(plan.row_item) + 1, 3 * width), np.float32)
+    state[:-1, :width] = items.numpy()[plan.row_item]
+    # SparseAdam (user and item rows) is Adam with eps / sqrt(bias_correction2); the network is Adam
+    dense_eps = np.full(dense.shape[1], EPS, np.float32)
+    for t, a in enumerate(plan.active.tolist()):
+        lo, hi = int(plan.offsets[t]), int(plan.offsets[t + 1])
+        q = state.take(plan.flat_rows[lo:hi], axis=0)[:, :width].reshape(a, batch_size, width)
+        x = dense[:a]
+        d_dense, d_q = engine.gradients(
+            x,
+            q,
+            plan.labels[lo:hi].reshape(a, batch_size),
+            plan.weights[lo:hi].reshape(a, batch_size),
+        )
+        step = t + 1
+        bc1, bc2 = 1 - BETA1**step, 1 - BETA2**step
+        sqrt_bc2 = math.sqrt(bc2)
+        # lazy Adam on the distinct rows of this step
+        ulo, uhi = plan.unique_offsets[t], plan.unique_offsets[t + 1]
+        rows = plan.unique_rows[ulo:uhi]
+        d_q = d_q.reshape(-1, width)
+        d_rows = d_q.take(plan.unique_first[ulo:uhi], axis=0)
+        dlo, dhi = plan.dup_offsets[t], plan.dup_offsets[t + 1]
+        if dhi > dlo:
+            np.add.at(d_rows, plan.dup_target[dlo:dhi], d_q.take(plan.dup_source[dlo:dhi], axis=0))
+        s = state.take(rows, axis=0)
+        param, m, v = s[:, :width], s[:, width : 2 * width], s[:, 2 * width :]
+        m *= BETA1
+        m += (1 - BETA1) * d_rows
+        v *= BETA2
+        v += (1 - BETA2) * (d_rows * d_rows)
+        param -= (lr * sqrt_bc2 / bc1) * m / (np.sqrt(v) + EPS)
+        state[rows] = s
+        # Adam on the active clients' user rows and networks
+        m, v = dense_m[:a], dense_v[:a]
+        m *= BETA1
+        m += (1 - BETA1) * d_dense
+        v *= BETA2
+        v += (1 - BETA2) * (d_dense * d_dense)
+        dense_eps[:width] = EPS / sqrt_bc2
+        x -= (lr / bc1) * m / (np.sqrt(v) / sqrt_bc2 + dense_eps)
+    updates = ClientUpdates(
+        clients=round_samples.users[plan.order],
+        num_samples=round_samples.samples[plan.order],
+        network=torch.from_numpy(dense[:, width:].copy()),
+        row_client=torch.from_numpy(plan.row_client),
+        row_item=torch.from_numpy(plan.row_item),
+        item_rows=torch.from_numpy(state[:-1, :width].copy()),
+        num_items=num_items,
+    )
+    new_rows = torch.empty_like(user_rows)
+    new_rows[torch.from_numpy(plan.order)] = torch.from_numpy(dense[:, :width].copy())
+    return updates, new_rows
+
+
+# ------------------------------------------------------------------------------------------------
+# Evaluation
+
+
+def env_id_of(dataset: str) -> str:
+    """The registered logged-data environment id of ``dataset`` (e.g. fedrec/MovieLens100K-v0)."""
+    from fedrec.envs.datasets.catalog import spec_of
+    from fedrec.envs.datasets.registry import LOGGED_DATA_ENVIRONMENTS
+
+    name = spec_of(dataset).name
+    for entry in LOGGED_DATA_ENVIRONMENTS:
+        if entry.kwargs.get("dataset") == name:
+            return entry.id
+    raise ValueError(f"no ranking environment is registered for data set {dataset!r}")
+
+
+def evaluate_model(
+    model: NCF, *, dataset: str, data_dir: str | Path | None = None, top_k: int = 10
+) -> RankingResult:
+    """HR@K / NDCG@K of a trained model through the logged-data env's evaluation mode."""
+    from fedrec.agents.fedncf_agent import NCFRankingAgent
+    from fedrec.eval.ranking_metrics import evaluate_ranking_agent
+
+    agent = NCFRankingAgent(model, slate_size=top_k)
+    return evaluate_ranking_agent(env_id_of(dataset), agent, data_dir=data_dir, top_k=top_k)
+
+
+# ------------------------------------------------------------------------------------------------
+# Training drivers
+
+
+def train_federated(
+    *,
+    dataset: str,
+    config: FedNCFConfig,
+    data_dir: str | Path | None = None,
+    progress: bool = True,
+    on_eval: Callable[[EvalPoint], None] | None = None,
+) -> TrainResult:
+    """Federated training of ``config.model`` on ``dataset`` (see the module docstring)."""
+    from fedrec.federation.secagg import SecAggAborted
+
+    data = load_prepared(dataset, data_dir)
+    clients = ClientData.of(data)
+    num_users, num_items = data.num_users, data.num_items
+    generator = torch.Generator().manual_seed(config.seed)
+    model = NCF(config.model, num_users=num_users, num_items=num_items, generator=generator)
+    user_store = model.user_table()  # the clients' private rows (never sent to the server)
+    items, network = model.item_table(), model.network_vector()
+    aggregator = make_aggregator(config.aggregator)
+    selection_rng = np.random.default_rng([config.seed, 1])
+    per_global = config.rounds_per_global(num_users)
+    total = config.total_aggregation_rounds(num_users)
+    train_round = train_round_batched if config.simulation == "batched" else train_round_reference
+    extra = {"engine": _BatchedNetwork(config.model)} if config.simulation == "batched" else {}
+
+    history: list[EvalPoint] = []
+    samples: list[int] = []
+    aborted = 0
+    train_seconds = aggregation_seconds = 0.0
+    groups: list[np.ndarray] = []
+    bar = tqdm(
+        total=total / per_global,
+        disable=not progress,
+        desc=f"Fed{config.model.model.upper()} {config.aggregator}",
+        unit="global round",
+        bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} [{elapsed}<{remaining}]{postfix}",
+    )
+
+    def evaluate(done: int) -> None:
+        model.load_federated(user_table=user_store, item_table=items, network=network)
+        result = evaluate_model(model, dataset=dataset, data_dir=data_dir, top_k=config.top_k)
+        point = EvalPoint(done / per_global, done, result.hit_rate, result.ndcg, train_seconds)
+        history.append(point)
+        bar.set_postfix(hr=f"{result.hit_rate:.4f}", ndcg=f"{result.ndcg:.4f}")
+        if on_eval is not None:
+            on_eval(point)
+
+    for r in range(total):
+        start = time.perf_counter()
+        if r % per_global == 0:
+            groups = np.array_split(selection_rng.permutation(num_users), per_global)
+        users = np.sort(groups[r % per_global])
+        round_samples = sample_round(
+            clients,
+            users,
+            round_rng(config.seed, r),
+            num_negatives=config.num_negatives,
+            local_epochs=config.local_epochs,
+        )
+        updates, new_rows = train_round(
+            config.model,
+            round_samples=round_samples,
+            user_rows=user_store[torch.from_numpy(users)],
+            items=items,
+            network=network,
+            lr=config.lr,
+            batch_size=config.batch_size,
+            **extra,
+        )
+        user_store[torch.from_numpy(users)] = new_rows
+        samples.extend(int(n) for n in updates.num_samples)
+        agg_start = time.perf_counter()
+        try:
+            items, network = aggregator.aggregate(items=items, network=network, updates=updates)
+        except SecAggAborted:
+            aborted += 1
+        now = time.perf_counter()
+        aggregation_seconds += now - agg_start
+        train_seconds += now - start
+        bar.update(1 / per_global)
+        done = r + 1
+        end_of_global = done % per_global == 0
+        every = config.eval_every
+        if done == total or (every and end_of_global and (done // per_global) % every == 0):
+            evaluate(done)
+    bar.close()
+    model.load_federated(user_table=user_store, item_table=items, network=network)
+    final = history[-1]
+    return TrainResult(
+        model=model,
+        history=history,
+        final=RankingResult(final.hit_rate, final.ndcg, num_users, config.top_k),
+        train_seconds=train_seconds,
+        aborted_rounds=aborted,
+        client_samples=samples,
+        aggregation_seconds=aggregation_seconds,
+    )
+
+
+def train_centralised(
+    *,
+    dataset: str,
+    config: CentralConfig,
+    data_dir: str | Path | None = None,
+    progress: bool = True,
+) -> TrainResult:
+    """Centralised NCF on the pooled training data (same model, loss, negatives and Adam)."""
+    data = load_prepared(dataset, data_dir)
+    generator = torch.Generator().manual_seed(config.seed)
+    model = NCF(
+        config.model, num_users=data.num_users, num_items=data.num_items, generator=generator
+    )
+    optimizers = make_optimizers(model, lr=config.lr)
+    rng = np.random.default_rng([config.seed, 2])
+    history: list[EvalPoint] = []
+    train_seconds = 0.0
+    bar = tqdm(
+        range(config.epochs),
+        disable=not progress,
+        desc=f"central {config.model.model}",
+        unit="epoch",
+    )
+    for epoch in bar:
+        start = time.perf_counter()
+        epoch_samples = sample_training_negatives(data, rng, config.num_negatives)
+        users = torch.from_numpy(epoch_samples.users)
+        items = torch.from_numpy(epoch_samples.items)
+        labels = torch.from_numpy(epoch_samples.labels)
+        for lo in range(0, len(users), config.batch_size):
+            hi = lo + config.batch_size
+            loss = F.binary_cross_entropy_with_logits(
+                model(users[lo:hi], items[lo:hi]), labels[lo:hi]
+            )
+            for optimizer in optimizers:
+                optimizer.zero_grad()
+            loss.backward()
+            for optimizer in optimizers:
+                optimizer.step()
+        train_seconds += time.perf_counter() - start
+        done = epoch + 1
+        if done == config.epochs or (config.eval_every and done % config.eval_every == 0):
+            result = evaluate_model(model, dataset=dataset, data_dir=data_dir, top_k=config.top_k)
+            history.append(EvalPoint(done, done, result.hit_rate, result.ndcg, train_seconds))
+            bar.set_postfix(hr=f"{result.hit_rate:.4f}", ndcg=f"{result.ndcg:.4f}")
+    final = history[-1]
+    return TrainResult(
+        model=model,
+        history=history,
+        final=RankingResult(final.hit_rate, final.ndcg, data.num_users, config.top_k),
+        train_seconds=train_seconds,
+    )

@@ -129,11 +129,6 @@ class SlateAgent(abc.ABC):
         return self.act_batch(batch, infos=batched_info)[0]
 
 
-def batch_size_of(observations: Observation) -> int:
-    """Number of users in a batched observation (leading axis of its ``candidates``)."""
-    return int(np.asarray(observations["candidates"]).shape[0])
-
-
 def slate_size_of(env: Any) -> int:
     """Slate size of a (vector) env, read from its single-user action space."""
     space = getattr(env, "single_action_space", None) or env.action_space

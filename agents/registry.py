@@ -70,13 +70,8 @@ def make_config(cls: type[SlateAgent], overrides: Mapping[str, Any] | None = Non
     return cls.Config(**overrides)
 
 
-def config_to_json(config: Any) -> dict[str, Any]:
-    """A JSON-ready dict of a config dataclass (tuples become lists)."""
-    return json_ready(dataclasses.asdict(config))
-
-
 def config_from_json(cls: type[SlateAgent], data: Mapping[str, Any]) -> Any:
-    """Inverse of :func:`config_to_json`: lists go back to tuples where the default is one."""
+    """The Config saved in a run's ``config.json`` (JSON lists become tuples again)."""
     values = {}
     for field in dataclasses.fields(cls.Config):
         if field.name in data:

@@ -126,15 +126,16 @@ def _final_next_observations(
     next_obs: Mapping[str, np.ndarray], info: Mapping[str, Any], done: np.ndarray
 ) -> dict[str, np.ndarray]:
     """The true s' of each user: the reset observation is replaced by ``final_obs`` where done."""
+    if not done.any():  # the common step: nothing to replace, no copy
+        return dict(next_obs)
     true_next = {key: np.array(value, copy=True) for key, value in next_obs.items()}
-    if done.any():
-        final = info["final_obs"]
-        for key in true_next:
-            if isinstance(final, Mapping):  # native batched envs: one dict of arrays
-                true_next[key][done] = np.asarray(final[key])[done]
-            else:  # SyncVectorEnv: an object array holding each finished user's observation
-                for user in np.flatnonzero(done):
-                    true_next[key][user] = final[user][key]
+    final = info["final_obs"]
+    for key in true_next:
+        if isinstance(final, Mapping):  # native batched envs: one dict of arrays
+            true_next[key][done] = np.asarray(final[key])[done]
+        else:  # SyncVectorEnv: an object array holding each finished user's observation
+            for user in np.flatnonzero(done):
+                true_next[key][user] = final[user][key]
     return true_next
 
 

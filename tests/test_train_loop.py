@@ -235,3 +235,13 @@ def test_an_env_without_a_native_batched_version_trains_through_sync_vector_env(
     final_clicks = np.concatenate(ends)
     assert len(final_clicks) == 6 and (final_clicks == 1).all()
     assert result.steps == 2 * 3 * 60  # two rounds of 60-step episodes for 3 users
+
+
+def test_resume_accepts_a_run_saved_before_a_hyperparameter_existed(tmp_path):
+    _run(SlateQAgent, 4, tmp_path / "old")
+    config_path = tmp_path / "old" / "config.json"
+    saved = json.loads(config_path.read_text())
+    del saved["agent_config"]["memory_decay"]  # as written by a fedrec without that option
+    config_path.write_text(json.dumps(saved))
+    resumed = _run(SlateQAgent, 8, tmp_path / "old", resume=True)
+    np.testing.assert_array_equal(resumed.returns, _run(SlateQAgent, 8, None).returns)

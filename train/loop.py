@@ -139,7 +139,19 @@ def _final_next_observations(
     return true_next
 
 
-def _check_resume_config(saved: Mapping[str, Any], current: Mapping[str, Any], path: Path) -> None:
+def _check_resume_config(
+    saved: Mapping[str, Any],
+    current: Mapping[str, Any],
+    path: Path,
+    *,
+    defaults: Mapping[str, Any] | None = None,
+) -> None:
+    """Refuse to resume a different setup. A hyperparameter the saved run predates (added to the
+    agent's Config later) is accepted when it still has its default, which keeps old behaviour."""
+    saved = dict(saved)
+    if defaults and isinstance(saved.get("agent_config"), Mapping):
+        missing = set(defaults) - set(saved["agent_config"])
+        saved["agent_config"] = {**{k: defaults[k] for k in missing}, **saved["agent_config"]}
     keys = ("agent", "env_id", "seed", "num_envs", "env_kwargs", "agent_config")
     differ = [k for k in keys if json_ready(saved.get(k)) != json_ready(current.get(k))]
     if differ:
@@ -251,7 +263,12 @@ def train(
         saved_path = out / "config.json"
         if not saved_path.is_file():
             raise FileNotFoundError(f"--resume: {saved_path} not found (was the run started?)")
-        _check_resume_config(json.loads(saved_path.read_text()), run_config, saved_path)
+        _check_resume_config(
+            json.loads(saved_path.read_text()),
+            run_config,
+            saved_path,
+            defaults=json_ready(_config_dict(_default_config(agent))),
+        )
         if checkpoint_path.is_file():
             state = load_checkpoint(checkpoint_path)
     if out is not None:
@@ -408,6 +425,13 @@ def final_evaluation(agent: SlateAgent, *, config: TrainConfig) -> dict[str, Any
             "returns": summary.returns.tolist(),
         }
     return {"episodes": config.eval_episodes, "seed": seed, "policies": results}
+
+
+def _default_config(agent: SlateAgent) -> Any:
+    try:
+        return type(agent).Config()
+    except TypeError:  # a Config with required fields has no defaults to fill in
+        return None
 
 
 def _config_dict(config: Any) -> dict[str, Any]:

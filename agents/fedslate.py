@@ -79,6 +79,13 @@ class FedSlateConfig:
         default="mlp", metadata=_help("F: Mish MLP, or one linear layer (the paper's ablation)")
     )
     gamma: float = dataclasses.field(default=0.9, metadata=_help("discount (code: 0.9)"))
+    local_network: Literal["position", "itemwise"] = dataclasses.field(
+        default="position",
+        metadata=_help(
+            "position: the paper's state -> N outputs; itemwise: one MLP shared across candidates "
+            "(a labelled deviation, see docs/fedslate.md)"
+        ),
+    )
     local_hidden: tuple[int, ...] = dataclasses.field(
         default=(128, 128), metadata=_help("local Q net hidden layers, Mish (code: 5 x 4096)")
     )
@@ -130,6 +137,7 @@ class FedSlateConfig:
             "method": self.method in METHODS,
             "global_network": self.global_network in ("mlp", "linear"),
             "gamma": 0.0 <= self.gamma <= 1.0,
+            "local_network": self.local_network in ("position", "itemwise"),
             "local_hidden": len(self.local_hidden) >= 1 and min(self.local_hidden) >= 1,
             "global_hidden": len(self.global_hidden) >= 1 and min(self.global_hidden) >= 1,
             "head": self.head in ("linear", "tanh"),
@@ -178,6 +186,25 @@ class LocalQNetwork(nn.Module):
         return self.net(state)
 
 
+class ItemwiseLocalQNetwork(nn.Module):
+    """Q_k(s_k, i) with one Mish MLP over [user part of the state, candidate i's feature], shared by
+    all candidates (as SlateQ's Q-bar). A labelled deviation from the paper's per-position output
+    layer, which must learn the same item function once per position (docs/fedslate.md,
+    "Diagnosis"). Same input (the state vector) and output (B, N) as :class:`LocalQNetwork`."""
+
+    def __init__(self, state_dim: int, num_candidates: int, hidden: Sequence[int], head: str):
+        super().__init__()
+        self.num_candidates = num_candidates
+        self.net = _mlp(state_dim - num_candidates + 1, hidden, 1, head)
+
+    def forward(self, state: torch.Tensor) -> torch.Tensor:
+        n = self.num_candidates
+        items = state[:, 1 : 1 + n, None]  # platform_state: [user (1), candidates (N), history]
+        user = torch.cat([state[:, :1], state[:, 1 + n :]], dim=1)
+        expanded = user[:, None, :].expand(-1, n, -1)
+        return self.net(torch.cat([expanded, items], dim=-1)).squeeze(-1)
+
+
 class FederatedNetwork(nn.Module):
     """F: [Q_own; Q_others] (K N) to the own platform's federated values (N)."""
 
@@ -194,6 +221,9 @@ class FederatedNetwork(nn.Module):
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         return self.net(inputs)
+
+
+LOCAL_NETWORKS = {"position": LocalQNetwork, "itemwise": ItemwiseLocalQNetwork}
 
 
 def _adam(parameters: Any, lr: float) -> torch.optim.Adam:
@@ -299,7 +329,7 @@ class Platform:
         self.num_candidates, self.slate_size = params.num_candidates, params.slate_size
         self.q_network = _seeded(
             seed,
-            lambda: LocalQNetwork(
+            lambda: LOCAL_NETWORKS[config.local_network](
                 state_dim, params.num_candidates, config.local_hidden, config.head
             ),
         )

@@ -31,6 +31,9 @@ METHOD_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
     "fedq": ("fedq", {}),
     "random": ("random", {}),
     "fedslate_linear": ("fedslate", {"global_network": "linear"}),
+    # Labelled deviations from the paper (docs/fedslate.md, "Diagnosis"): item-wise local nets.
+    "slateq_itemwise": ("slateq", {"local_network": "itemwise"}),
+    "fedslate_itemwise": ("fedslate", {"local_network": "itemwise"}),
 }
 
 

@@ -228,6 +228,9 @@ def test_variants_construct_and_run() -> None:
     fedq = _agent(env, method="fedq")
     _play(fedq, env, 40)
     assert fedq.rounds > 0
+    itemwise = _agent(env, local_network="itemwise")
+    _play(itemwise, env, 40)
+    assert itemwise.rounds > 0
     with pytest.raises(ValueError, match="feedback on every platform"):
         _agent(env, method="fedslate_exp")
     both = _env(feedback=(True, True), reward_mode="sparse_team")
@@ -316,3 +319,20 @@ def test_numpy_loss_gradients_match_autograd() -> None:
     value = (vs * qt.gather(1, torch.from_numpy(slates))).sum(1) / den
     torch.nn.functional.smooth_l1_loss(value, torch.tensor(label, dtype=torch.float64)).backward()
     np.testing.assert_allclose(grad, qt.grad.numpy(), rtol=1e-5, atol=1e-8)
+
+
+def test_itemwise_local_network_is_permutation_equivariant():
+    import torch
+
+    from fedrec.agents.fedslate import ItemwiseLocalQNetwork, LocalQNetwork
+
+    torch.manual_seed(0)
+    n, history = 6, 4
+    state = torch.randn(3, 1 + n + history)
+    order = torch.randperm(n)
+    shuffled = state.clone()
+    shuffled[:, 1 : 1 + n] = state[:, 1 : 1 + n][:, order]
+    itemwise = ItemwiseLocalQNetwork(1 + n + history, n, (16,), "linear")
+    torch.testing.assert_close(itemwise(shuffled), itemwise(state)[:, order])
+    positional = LocalQNetwork(1 + n + history, n, (16,), "linear")  # the paper's: not equivariant
+    assert not torch.allclose(positional(shuffled), positional(state)[:, order])

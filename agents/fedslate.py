@@ -190,19 +190,32 @@ class ItemwiseLocalQNetwork(nn.Module):
     """Q_k(s_k, i) with one Mish MLP over [user part of the state, candidate i's feature], shared by
     all candidates (as SlateQ's Q-bar). A labelled deviation from the paper's per-position output
     layer, which must learn the same item function once per position (docs/fedslate.md,
-    "Diagnosis"). Same input (the state vector) and output (B, N) as :class:`LocalQNetwork`."""
+    "Diagnosis"). Same input (the state vector) and output (B, N) as :class:`LocalQNetwork`.
+
+    The first layer W [u; x_i] + b is computed as (W_u u + b) + w_x x_i: the same function, with
+    the user part evaluated once per user instead of once per candidate.
+    """
 
     def __init__(self, state_dim: int, num_candidates: int, hidden: Sequence[int], head: str):
         super().__init__()
         self.num_candidates = num_candidates
-        self.net = _mlp(state_dim - num_candidates + 1, hidden, 1, head)
+        first, *rest = hidden
+        self.user_layer = nn.Linear(state_dim - num_candidates, first)
+        self.item_layer = nn.Linear(1, first, bias=False)
+        self.head = (
+            nn.Sequential(nn.Mish(), _mlp(first, rest, 1, head))
+            if rest
+            else nn.Sequential(
+                nn.Mish(), nn.Linear(first, 1), *([nn.Tanh()] if head == "tanh" else [])
+            )
+        )
 
     def forward(self, state: torch.Tensor) -> torch.Tensor:
         n = self.num_candidates
         items = state[:, 1 : 1 + n, None]  # platform_state: [user (1), candidates (N), history]
         user = torch.cat([state[:, :1], state[:, 1 + n :]], dim=1)
-        expanded = user[:, None, :].expand(-1, n, -1)
-        return self.net(torch.cat([expanded, items], dim=-1)).squeeze(-1)
+        hidden = self.user_layer(user)[:, None, :] + self.item_layer(items)
+        return self.head(hidden).squeeze(-1)
 
 
 class FederatedNetwork(nn.Module):

@@ -115,8 +115,9 @@ class Aggregator(abc.ABC):
 class _DeltaAverage(Aggregator):
     """Item rows Q[i] + Σ_k w_k Δ_k[i] and network Σ_k w_k θ_k, for client weights w."""
 
+    @abc.abstractmethod
     def weights(self, updates: ClientUpdates) -> torch.Tensor:
-        raise NotImplementedError
+        """Per-client weights w (K,) of the round (the subclass's averaging rule)."""
 
     def aggregate(
         self, *, items: torch.Tensor, network: torch.Tensor, updates: ClientUpdates

@@ -26,6 +26,9 @@ Methods (``FedSlateConfig.method``):
   crosses a boundary, and a platform without feedback cannot learn (it keeps its initial net).
 
 ``global_network="linear"`` is the paper's ablation (F is one linear layer).
+``global_network="residual"`` (Q~_k = Q_k + MLP([Q_k; Q_others]), the MLP's last layer starting at
+zero) and ``local_network="itemwise"`` are labelled deviations from the paper, measured in
+``docs/fedslate.md`` ("Diagnosis"); the paper's architecture stays the default.
 
 Quirks of the official code that are fixed (spec 2.7): predictions use online nets on s and
 targets use target nets on s' (all platforms); labels are NumPy arrays received by message, so no
@@ -75,8 +78,12 @@ class FedSlateConfig:
         default="fedslate",
         metadata=_help("fedslate | fedslate_exp | fedq | slateq (local only, no federation)"),
     )
-    global_network: Literal["mlp", "linear"] = dataclasses.field(
-        default="mlp", metadata=_help("F: Mish MLP, or one linear layer (the paper's ablation)")
+    global_network: Literal["mlp", "linear", "residual"] = dataclasses.field(
+        default="mlp",
+        metadata=_help(
+            "F: mlp (the paper's), linear (the paper's ablation), or residual: own Q + MLP "
+            "(a labelled deviation, see docs/fedslate.md)"
+        ),
     )
     gamma: float = dataclasses.field(default=0.9, metadata=_help("discount (code: 0.9)"))
     local_network: Literal["position", "itemwise"] = dataclasses.field(
@@ -91,6 +98,10 @@ class FedSlateConfig:
     )
     global_hidden: tuple[int, ...] = dataclasses.field(
         default=(128, 128), metadata=_help("federated net F hidden layers, Mish (code: 4 x 2048)")
+    )
+    local_activation: Literal["mish", "relu"] = dataclasses.field(
+        default="mish",
+        metadata=_help("local net activation (code: Mish; relu is SlateQ's and ~4x cheaper)"),
     )
     head: Literal["linear", "tanh"] = dataclasses.field(
         default="linear",
@@ -135,10 +146,11 @@ class FedSlateConfig:
     def __post_init__(self) -> None:
         checks = {
             "method": self.method in METHODS,
-            "global_network": self.global_network in ("mlp", "linear"),
+            "global_network": self.global_network in ("mlp", "linear", "residual"),
             "gamma": 0.0 <= self.gamma <= 1.0,
             "local_network": self.local_network in ("position", "itemwise"),
             "local_hidden": len(self.local_hidden) >= 1 and min(self.local_hidden) >= 1,
+            "local_activation": self.local_activation in ("mish", "relu"),
             "global_hidden": len(self.global_hidden) >= 1 and min(self.global_hidden) >= 1,
             "head": self.head in ("linear", "tanh"),
             "learning_rate": self.learning_rate > 0,
@@ -163,11 +175,16 @@ class FedSlateConfig:
         return self.method in FEDERATED_METHODS
 
 
-def _mlp(inputs: int, hidden: Sequence[int], outputs: int, head: str) -> nn.Sequential:
+ACTIVATIONS: dict[str, type[nn.Module]] = {"mish": nn.Mish, "relu": nn.ReLU}
+
+
+def _mlp(
+    inputs: int, hidden: Sequence[int], outputs: int, head: str, activation: str = "mish"
+) -> nn.Sequential:
     layers: list[nn.Module] = []
     width = inputs
     for size in hidden:
-        layers += [nn.Linear(width, size), nn.Mish()]
+        layers += [nn.Linear(width, size), ACTIVATIONS[activation]()]
         width = size
     layers.append(nn.Linear(width, outputs))
     if head == "tanh":
@@ -178,9 +195,16 @@ def _mlp(inputs: int, hidden: Sequence[int], outputs: int, head: str) -> nn.Sequ
 class LocalQNetwork(nn.Module):
     """Q_k(s_k): a platform's state to one value per candidate (Mish MLP)."""
 
-    def __init__(self, state_dim: int, num_candidates: int, hidden: Sequence[int], head: str):
+    def __init__(
+        self,
+        state_dim: int,
+        num_candidates: int,
+        hidden: Sequence[int],
+        head: str,
+        activation: str = "mish",
+    ):
         super().__init__()
-        self.net = _mlp(state_dim, hidden, num_candidates, head)
+        self.net = _mlp(state_dim, hidden, num_candidates, head, activation)
 
     def forward(self, state: torch.Tensor) -> torch.Tensor:
         return self.net(state)
@@ -196,18 +220,24 @@ class ItemwiseLocalQNetwork(nn.Module):
     the user part evaluated once per user instead of once per candidate.
     """
 
-    def __init__(self, state_dim: int, num_candidates: int, hidden: Sequence[int], head: str):
+    def __init__(
+        self,
+        state_dim: int,
+        num_candidates: int,
+        hidden: Sequence[int],
+        head: str,
+        activation: str = "mish",
+    ):
         super().__init__()
         self.num_candidates = num_candidates
         first, *rest = hidden
         self.user_layer = nn.Linear(state_dim - num_candidates, first)
         self.item_layer = nn.Linear(1, first, bias=False)
+        act = ACTIVATIONS[activation]
         self.head = (
-            nn.Sequential(nn.Mish(), _mlp(first, rest, 1, head))
+            nn.Sequential(act(), _mlp(first, rest, 1, head, activation))
             if rest
-            else nn.Sequential(
-                nn.Mish(), nn.Linear(first, 1), *([nn.Tanh()] if head == "tanh" else [])
-            )
+            else nn.Sequential(act(), nn.Linear(first, 1), *([nn.Tanh()] if head == "tanh" else []))
         )
 
     def forward(self, state: torch.Tensor) -> torch.Tensor:
@@ -219,21 +249,33 @@ class ItemwiseLocalQNetwork(nn.Module):
 
 
 class FederatedNetwork(nn.Module):
-    """F: [Q_own; Q_others] (K N) to the own platform's federated values (N)."""
+    """F: [Q_own; Q_others] (K N) to the own platform's federated values (N).
+
+    ``kind="residual"`` (a labelled deviation) is Q_own + MLP([Q_own; Q_others]) with the MLP's
+    output layer starting at zero, so F starts as the identity on the own platform's values. The
+    paper's dense F has to learn that pass-through position by position from one clicked item per
+    sample, and in our measurements it does not (docs/fedslate.md, "Diagnosis").
+    """
 
     def __init__(
         self, num_platforms: int, num_candidates: int, hidden: Sequence[int], kind: str, head: str
     ):
         super().__init__()
         inputs = num_platforms * num_candidates
-        self.net = (
-            nn.Linear(inputs, num_candidates)
-            if kind == "linear"
-            else _mlp(inputs, hidden, num_candidates, head)
-        )
+        self.num_candidates = num_candidates
+        self.residual = kind == "residual"
+        if kind == "linear":
+            self.net = nn.Linear(inputs, num_candidates)
+        elif self.residual:
+            self.net = _mlp(inputs, hidden, num_candidates, "linear")
+            nn.init.zeros_(self.net[-1].weight)
+            nn.init.zeros_(self.net[-1].bias)
+        else:
+            self.net = _mlp(inputs, hidden, num_candidates, head)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        return self.net(inputs)
+        out = self.net(inputs)
+        return out + inputs[:, : self.num_candidates] if self.residual else out
 
 
 LOCAL_NETWORKS = {"position": LocalQNetwork, "itemwise": ItemwiseLocalQNetwork}
@@ -343,7 +385,11 @@ class Platform:
         self.q_network = _seeded(
             seed,
             lambda: LOCAL_NETWORKS[config.local_network](
-                state_dim, params.num_candidates, config.local_hidden, config.head
+                state_dim,
+                params.num_candidates,
+                config.local_hidden,
+                config.head,
+                config.local_activation,
             ),
         )
         self.target_network = copy.deepcopy(self.q_network).requires_grad_(False)

@@ -30,12 +30,22 @@ class VisitOutcome:
 class ChocKaleSimulator:
     """B users x K platforms, all updated with whole-array NumPy operations."""
 
-    def __init__(self, params: ChocKaleParams, *, num_users: int, num_platforms: int = 1) -> None:
+    def __init__(
+        self,
+        params: ChocKaleParams,
+        *,
+        num_users: int,
+        num_platforms: int = 1,
+        shared_catalogue: bool = False,
+    ) -> None:
         if num_users < 1:
             raise ValueError(f"num_users must be >= 1, got {num_users}")
         if num_platforms < 1:
             raise ValueError(f"num_platforms must be >= 1, got {num_platforms}")
         self.params = params
+        #: every platform shows the first platform's candidates of the same joint step (the
+        #: FedSlate code's basic runs, whose document samplers share the seed 42)
+        self.shared_catalogue = bool(shared_catalogue)
         self.model = ChocKaleModel(params)
         self.num_users = num_users
         self.num_platforms = num_platforms
@@ -53,8 +63,10 @@ class ChocKaleSimulator:
             count = self.num_users
             self.exposure[:] = self.model.initial_exposure(rng, count)
             self.budget[:] = self.params.time_budget
-            for platform in range(self.num_platforms):
+            for platform in range(1 if self.shared_catalogue else self.num_platforms):
                 self.documents[platform] = self.model.sample_documents(rng, count)
+            if self.shared_catalogue:
+                self.documents[1:] = self.documents[0]
             self.click_history[:] = 0.0
             self.engagement_history[:] = 0.0
             return
@@ -63,8 +75,10 @@ class ChocKaleSimulator:
             return
         self.exposure[mask] = self.model.initial_exposure(rng, count)
         self.budget[mask] = self.params.time_budget
-        for platform in range(self.num_platforms):
+        for platform in range(1 if self.shared_catalogue else self.num_platforms):
             self.documents[platform, mask] = self.model.sample_documents(rng, count)
+        if self.shared_catalogue:
+            self.documents[1:, mask] = self.documents[0, mask]
         self.click_history[:, mask] = 0.0
         self.engagement_history[:, mask] = 0.0
 
@@ -109,7 +123,8 @@ class ChocKaleSimulator:
         Order of random draws (fixed, for reproducibility): the choice uniform (MNL only), the
         log-engagement normal, the exposure innovation, then the platform's next candidates. All
         are drawn for all B users so the streams do not depend on who is active (none at all when
-        no user visits).
+        no user visits). With a shared catalogue only the first platform draws candidates; the
+        others take its candidates of the same joint step.
         """
         model, rows = self.model, self._rows
         visited = self.budget > 0
@@ -125,7 +140,10 @@ class ChocKaleSimulator:
         slot = model.sample_choice(rng, slate_x)
         z_engagement = rng.standard_normal(self.num_users)
         z_innovation = rng.standard_normal(self.num_users)
-        next_docs = model.sample_documents(rng, self.num_users)
+        if self.shared_catalogue and platform > 0:
+            next_docs = self.documents[0].copy()
+        else:
+            next_docs = model.sample_documents(rng, self.num_users)
 
         clicked = visited & (slot >= 0)
         clicked_x = slate_x[rows, np.maximum(slot, 0)].astype(np.float64)

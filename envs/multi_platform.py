@@ -56,8 +56,11 @@ class ChocKaleMultiPlatformBatchEnv:
         reward_interval: int = 10,
         time_budget: int | None = None,
         max_cycles: int | None = None,
+        shared_catalogue: bool = False,
         **kwargs: Any,
     ) -> None:
+        if not isinstance(shared_catalogue, bool):
+            raise ValueError(f"shared_catalogue must be True or False, got {shared_catalogue!r}")
         if isinstance(num_platforms, bool) or not isinstance(num_platforms, int):
             raise ValueError(f"num_platforms must be an integer, got {num_platforms!r}")
         if not 1 <= num_platforms <= MAX_PLATFORMS:
@@ -101,7 +104,13 @@ class ChocKaleMultiPlatformBatchEnv:
             agent: SlateSpace(self.params.num_candidates, self.params.slate_size)
             for agent in self.possible_agents
         }
-        self._sim = ChocKaleSimulator(self.params, num_users=num_users, num_platforms=num_platforms)
+        self.shared_catalogue = shared_catalogue
+        self._sim = ChocKaleSimulator(
+            self.params,
+            num_users=num_users,
+            num_platforms=num_platforms,
+            shared_catalogue=shared_catalogue,
+        )
         self._np_random: np.random.Generator | None = None
         self._episode_engagement = np.zeros((num_platforms, num_users))
         self._pending_team = np.zeros(num_users)
@@ -288,6 +297,8 @@ class ChocKaleMultiPlatformEnv(ParallelEnv):
     ## Arguments
     ``num_platforms=2, feedback=None`` (first platform only), ``reward_mode="individual",
     reward_interval=10, time_budget=None`` (61 K), ``max_cycles=None``, ``render_mode=None``,
+    ``shared_catalogue=False`` (True: every platform shows the first platform's candidates of the
+    same joint step, as the code's basic runs did with one document seed for both platforms),
     and any Choc-vs-Kale parameter (``num_candidates=10, slate_size=3, sensitivity=...``).
 
     ## Batched version
@@ -295,7 +306,8 @@ class ChocKaleMultiPlatformEnv(ParallelEnv):
 
     ## Reproduces
     The two-platform environment of the FedSlate code (TianYaDY/FedSlate 9df49d8), with distinct
-    candidate streams per platform (the code's basic runs shared one catalogue seed).
+    candidate streams per platform by default (the code's basic runs shared one catalogue seed:
+    ``shared_catalogue=True``).
     """
 
     metadata = {

@@ -336,3 +336,24 @@ def test_itemwise_local_network_is_permutation_equivariant():
     torch.testing.assert_close(itemwise(shuffled), itemwise(state)[:, order])
     positional = LocalQNetwork(1 + n + history, n, (16,), "linear")  # the paper's: not equivariant
     assert not torch.allclose(positional(shuffled), positional(state)[:, order])
+
+
+def test_residual_federated_network_starts_as_the_identity_and_learns() -> None:
+    """global_network="residual": F(x) = Q_own + MLP(x), the MLP's output layer starting at zero."""
+    from fedrec.agents.fedslate import FederatedNetwork
+
+    torch.manual_seed(0)
+    net = FederatedNetwork(3, 5, (8,), "residual", "linear")
+    inputs = torch.randn(4, 15)
+    torch.testing.assert_close(net(inputs), inputs[:, :5])  # pass-through of the own block
+    net(inputs).sum().backward()
+    assert net.net[-1].weight.grad.abs().sum() > 0  # the correction term is trained
+    env = _env()
+    agent = _agent(env, global_network="residual", local_activation="relu")
+    assert isinstance(agent.platforms["platform_a"].q_network.net[1], torch.nn.ReLU)
+    _play(agent, env, 40)
+    assert agent.rounds > 0 and agent.server.updates == 2 * agent.rounds
+    with pytest.raises(ValueError, match="global_network='bogus'"):
+        FedSlateConfig(global_network="bogus")
+    with pytest.raises(ValueError, match="local_activation='tanh'"):
+        FedSlateConfig(local_activation="tanh")

@@ -135,3 +135,31 @@ def test_batched_multi_platform_determinism_and_distribution() -> None:
     for platform in range(2):
         se = np.sqrt(batched[platform].var() / 3000 + single[platform].var() / 300)
         assert abs(batched[platform].mean() - single[platform].mean()) < 4 * se
+
+
+def test_shared_catalogue_shows_every_platform_the_same_candidates() -> None:
+    """shared_catalogue=True (the FedSlate code's basic runs, one document seed for both
+    platforms): every platform sees the first platform's candidates of the same joint step,
+    across steps, resets and the per-user streams; the default keeps distinct streams."""
+    env = ChocKaleMultiPlatformBatchEnv(num_users=6, num_platforms=3, shared_catalogue=True)
+    rng = np.random.default_rng(0)
+    obs, _ = env.reset(seed=3)
+    seen = []
+    for _ in range(70):  # crosses the 61-step episode end
+        for agent in env.possible_agents[1:]:
+            np.testing.assert_array_equal(
+                obs[agent]["candidates"], obs["platform_a"]["candidates"]
+            )
+        seen.append(obs["platform_a"]["candidates"].copy())
+        obs, _, terminations, _, _ = env.step(_random_actions(env, rng, batch=6))
+        if terminations["platform_a"].all():
+            obs, _ = env.reset()
+    assert not np.array_equal(seen[0], seen[1])  # candidates still change every step
+    distinct = ChocKaleMultiPlatformBatchEnv(num_users=6, num_platforms=3)
+    obs, _ = distinct.reset(seed=3)
+    assert not np.array_equal(obs["platform_a"]["candidates"], obs["platform_b"]["candidates"])
+    with pytest.raises(ValueError, match="shared_catalogue"):
+        ChocKaleMultiPlatformBatchEnv(shared_catalogue="yes")
+    single = ChocKaleMultiPlatformEnv(shared_catalogue=True)
+    obs, _ = single.reset(seed=0)
+    np.testing.assert_array_equal(obs["platform_a"]["candidates"], obs["platform_b"]["candidates"])

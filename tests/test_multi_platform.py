@@ -147,9 +147,7 @@ def test_shared_catalogue_shows_every_platform_the_same_candidates() -> None:
     seen = []
     for _ in range(70):  # crosses the 61-step episode end
         for agent in env.possible_agents[1:]:
-            np.testing.assert_array_equal(
-                obs[agent]["candidates"], obs["platform_a"]["candidates"]
-            )
+            np.testing.assert_array_equal(obs[agent]["candidates"], obs["platform_a"]["candidates"])
         seen.append(obs["platform_a"]["candidates"].copy())
         obs, _, terminations, _, _ = env.step(_random_actions(env, rng, batch=6))
         if terminations["platform_a"].all():

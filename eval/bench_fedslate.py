@@ -112,6 +112,7 @@ def run_dirs(
     *,
     seeds: int,
     episodes: int,
+    first_seed: int = 0,
     methods: tuple[str, ...] | None = None,
     out: Path,
     num_users: int = 16,
@@ -133,7 +134,7 @@ def run_dirs(
             label = method + (f" [{suffix}]" if suffix else "")
             if agent_method == "fedslate_exp":
                 label += " (all feedback)"
-            for seed in range(seeds):
+            for seed in range(first_seed, first_seed + seeds):
                 path = out / "-".join(x for x in (suffix, method) if x) / f"seed{seed}"
                 extra = {} if agent_method == "random" else {**overrides, **(agent_kwargs or {})}
                 config = MultiPlatformTrainConfig(
@@ -186,7 +187,10 @@ def add_parser(bench_subparsers: argparse._SubParsersAction) -> None:
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
     parser.add_argument("--setting", choices=tuple(SETTINGS), default="100x10")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per method (0, 1, ...)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per method")
+    parser.add_argument(
+        "--first-seed", type=int, default=0, help="the seeds are FIRST, FIRST + 1, ... (default 0)"
+    )
     parser.add_argument("--episodes", type=int, default=5000, help="training user-episodes")
     parser.add_argument(
         "--methods",
@@ -205,13 +209,14 @@ def add_parser(bench_subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.seeds < 1 or args.episodes < 1:
-        raise SystemExit("--seeds and --episodes must be >= 1")
+    if args.seeds < 1 or args.episodes < 1 or args.first_seed < 0:
+        raise SystemExit("--seeds and --episodes must be >= 1 and --first-seed >= 0")
     out = args.out or Path("results") / "fedslate" / args.setting
     paths = run_dirs(
         args.setting,
         seeds=args.seeds,
         episodes=args.episodes,
+        first_seed=args.first_seed,
         methods=tuple(args.methods) if args.methods else None,
         out=out,
         num_users=args.num_users,

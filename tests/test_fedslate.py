@@ -357,3 +357,18 @@ def test_residual_federated_network_starts_as_the_identity_and_learns() -> None:
         FedSlateConfig(global_network="bogus")
     with pytest.raises(ValueError, match="local_activation='tanh'"):
         FedSlateConfig(local_activation="tanh")
+
+
+def test_bench_fedslate_cli_runs_the_requested_seeds(tmp_path, capsys) -> None:
+    """`fedrec bench fedslate --first-seed` adds seeds to a setting's folder (e.g. seeds 3 and 4
+    beside 0-2) and prints the eval table of the runs it made."""
+    from fedrec.cli import main
+
+    argv = ["bench", "fedslate", "--setting", "10x3", "--methods", "random", "--episodes", "16"]
+    argv += ["--seeds", "2", "--first-seed", "3", "--eval-episodes", "16", "--no-planner"]
+    assert main([*argv, "--no-progress", "--out", str(tmp_path)]) == 0
+    assert sorted(p.name for p in (tmp_path / "random").iterdir()) == ["seed3", "seed4"]
+    assert "random" in capsys.readouterr().out
+    assert (tmp_path / "learning_curves.png").is_file()
+    with pytest.raises(SystemExit, match="first-seed"):
+        main([*argv[:8], "--first-seed=-1", "--out", str(tmp_path)])

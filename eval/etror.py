@@ -255,6 +255,9 @@ class FinalEval:
     references: Mapping[str, PolicyEval] = field(default_factory=dict)
     regret: Estimate | None = None
     regret_method: str = ""
+    #: agent - random on the same held-out episodes (paired), the question for a platform
+    #: without feedback: did it learn anything at all?
+    gain_over_random: Estimate | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,11 +320,17 @@ class RunLog:
             if (agent is not None and "planner" in found)
             else None
         )
+        gain = (
+            regret(agent, found["random"], confidence=confidence)[0]
+            if (agent is not None and "random" in found)
+            else None
+        )
         return FinalEval(
             agent=agent,
             references=found,
             regret=None if result is None else result[0],
             regret_method="" if result is None else result[1],
+            gain_over_random=gain,
         )
 
 
@@ -486,6 +495,8 @@ class SeriesSummary:
     curve_low: np.ndarray
     curve_high: np.ndarray
     band: str
+    #: final greedy eval - random, paired on held-out episodes per seed, then across seeds
+    gain_over_random: Estimate | None = None
 
     @property
     def planner(self) -> Estimate | None:
@@ -635,6 +646,7 @@ def aggregate(
 
             agents = [f.agent.estimate for f in finals if f.agent is not None]
             regrets = [f.regret for f in finals if f.regret is not None]
+            gains = [f.gain_over_random for f in finals if f.gain_over_random is not None]
             refs = sorted({name for f in finals for name in f.references})
             episodes, mean, low, high, band = mean_curve(
                 [(c.episodes, c.values) for c in curves], confidence=confidence
@@ -662,6 +674,7 @@ def aggregate(
                 curve_low=low,
                 curve_high=high,
                 band=band,
+                gain_over_random=_seed_estimate(gains, confidence=confidence),
             )
         summaries.append(GroupSummary(key, labels[key], members, per_series))
     return summaries

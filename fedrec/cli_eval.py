@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     columns = ["group", "series", "seeds", "ETROR", "ETROR→plateau"]
     columns += [f"ETROR→{args.target:g}"] if show_target else []
     columns += ["optimal (paper-style)", "plateau", "final greedy eval", "planner"]
-    columns += ["regret", "random"]
+    columns += ["regret", "random", "vs random"]
     columns += ["paper ETROR", "paper optimal", "paper random"] if show_paper else []
     for column in columns:
         text = column in ("group", "series")
@@ -122,6 +122,10 @@ def run(args: argparse.Namespace) -> int:
         cells += [_cell(summary.etror_target, **etror)] if show_target else []
         cells += [_cell(summary.optimal_reward), _cell(summary.plateau), _cell(summary.final)]
         cells += [_cell(summary.planner), _cell(summary.regret), _cell(summary.random)]
+        gain = _cell(summary.gain_over_random)
+        cells += [
+            ("+" + gain) if summary.gain_over_random and summary.gain_over_random.mean > 0 else gain
+        ]
         if show_paper:
             cells += [paper.get(m, "–") for m in ("etror", "optimal_reward", "random_mean")]
         table.add_row(*cells)
@@ -130,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
         "optimal = max of the noisy curve (biased upwards, for comparison with the papers); "
         f"plateau = mean of the curve over the last {100 * args.tail:g}% of the run; "
         "final greedy eval, planner, random: held-out episodes (final_eval.json); "
-        "regret = planner - agent. One seed: final-eval CIs are over held-out episodes."
+        "regret = planner - agent; vs random = agent - random, paired on the same held-out "
+        "episodes. One seed: final-eval CIs are over held-out episodes."
     ]
     if show_paper:
         notes.append(f"paper: {SOURCE} (scenario {args.scenario}).")

@@ -82,6 +82,8 @@ def test_eval_prints_the_table_and_writes_the_plot(
     assert "1120.0 ± 0.0" in slateq  # the planner on the same held-out episodes in both seeds
     assert "20.0 ± 0.0" in slateq  # paired regret
     assert "945.0" in slateq
+    # agent - random on the same held-out episodes: exactly 155 (the shared noise cancels)
+    assert "+155.0 ± 0.0" in slateq and "+155.0 ± 0.0" in fedslate
 
 
 def test_eval_expands_a_folder_and_multi_platform(

@@ -23,6 +23,8 @@ from typing import Any
 
 from fedrec.registration import LONG_TERM_KWARGS
 
+_ITEMWISE_RELU = {"local_network": "itemwise", "local_hidden": (64, 32), "local_activation": "relu"}
+
 #: method name on the command line -> (agent method, FedSlateConfig overrides)
 METHOD_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
     "slateq": ("slateq", {}),
@@ -34,6 +36,10 @@ METHOD_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
     # Labelled deviations from the paper (docs/fedslate.md, "Diagnosis"): item-wise local nets.
     "slateq_itemwise": ("slateq", {"local_network": "itemwise"}),
     "fedslate_itemwise": ("fedslate", {"local_network": "itemwise"}),
+    # ... and a pass-through (residual) F; small ReLU item-wise nets (64-32, SlateQ's widths).
+    "fedslate_residual": ("fedslate", {"global_network": "residual"}),
+    "slateq_itemwise_relu": ("slateq", _ITEMWISE_RELU),
+    "fedslate_itemwise_residual": ("fedslate", {**_ITEMWISE_RELU, "global_network": "residual"}),
 }
 
 

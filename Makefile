@@ -1,4 +1,5 @@
-# The README's two commands: `make demo` (the main job) and `make test` (set-up, lint, tests).
+# The README's two commands: `make demo` (the main job: reference policies, then a short
+# SlateQ / FedSlate / random comparison) and `make test` (set-up, lint, tests).
 # Both create the virtual environment on first use; pins come from constraints.txt.
 PYTHON ?= python3
 VENV ?= .venv
@@ -19,7 +20,7 @@ $(STAMP): pyproject.toml constraints.txt
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/fedrec demo
+	$(BIN)/fedrec demo --fedslate
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

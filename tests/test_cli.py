@@ -34,6 +34,20 @@ def test_demo_prints_the_reference_table(capsys: pytest.CaptureFixture[str]) -> 
         assert name in out
 
 
+def test_demo_with_the_fedslate_comparison(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`make demo` = `fedrec demo --fedslate`: the reference table, then the short comparison."""
+    argv = ["demo", "--episodes", "20", "--num-envs", "20", "--fedslate"]
+    assert main([*argv, "--fedslate-episodes", "48", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "planner" in out and "FedSlate comparison" in out
+    assert all(
+        (tmp_path / m / "seed0" / "final_eval.json").is_file() for m in ("slateq", "fedslate")
+    )
+    assert (tmp_path / "learning_curves.png").is_file()
+    with pytest.raises(SystemExit, match="fedslate-episodes"):
+        main([*argv, "--fedslate-episodes", "0"])
+
+
 def test_console_script_reports_errors_cleanly() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "fedrec.cli", "demo", "--episodes", "0"],

@@ -38,6 +38,7 @@ import numpy as np
 
 MODELS = ("gmf", "mlp", "neumf")
 PLAIN_AGGREGATORS = ("simpleavg", "fedavg", "mf-fedavg")
+CLIENT_OPTIMIZERS = ("fresh", "persistent")
 LABELS = {"simpleavg": "SimpleAvg", "fedavg": "FedAvg", "mf-fedavg": "MF-FedAvg"}
 
 
@@ -67,6 +68,8 @@ class BenchFedNCFConfig:
     """evaluate every this many global rounds."""
     batch_size: int = 64
     """local mini-batch size."""
+    client_optimizer: str = "fresh"
+    """fresh: a new Adam every participation; persistent: clients keep their Adam state."""
     central_epochs: int = 20
     """epochs of the centralised upper bound."""
     secagg_rounds: int = 3
@@ -90,6 +93,10 @@ class BenchFedNCFConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.secagg_rounds < 0 or self.eval_every < 0:
             raise ValueError("secagg_rounds and eval_every must be >= 0")
+        if self.client_optimizer not in CLIENT_OPTIMIZERS:
+            raise ValueError(
+                f"client_optimizer must be one of {CLIENT_OPTIMIZERS}, got {self.client_optimizer!r}"
+            )
 
     @property
     def seed_list(self) -> list[int]:
@@ -113,6 +120,7 @@ def _federated_job(spec: dict[str, Any]) -> dict[str, Any]:
         batch_size=spec["batch_size"],
         eval_every=spec["eval_every"],
         seed=spec["seed"],
+        client_optimizer=spec.get("client_optimizer", "fresh"),
     )
     result = train_federated(
         dataset=spec["dataset"], data_dir=spec["data_dir"], config=config, progress=spec["progress"]
@@ -162,6 +170,8 @@ def _cache_path(out: Path, spec: dict[str, Any]) -> Path:
     key = {k: v for k, v in spec.items() if k != "progress"}
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
     name = f"{spec['kind']}-{spec['model']}-{spec.get('aggregator', 'central')}-s{spec['seed']}"
+    if "client_optimizer" in spec:
+        name += f"-{spec['client_optimizer']}"
     return out / "runs" / f"{name}-{digest}.json"
 
 
@@ -182,18 +192,20 @@ def run_all(
             }
             specs.append({**base, "kind": "central", "epochs": config.central_epochs})
             for aggregator in config.aggregators:
-                specs.append(
-                    {
-                        **base,
-                        "kind": "federated",
-                        "aggregator": aggregator,
-                        "global_rounds": config.global_rounds,
-                        "aggregation_rounds": config.aggregation_rounds,
-                        "clients_per_round": config.clients_per_round,
-                        "batch_size": config.batch_size,
-                        "eval_every": config.eval_every,
-                    }
-                )
+                spec = {
+                    **base,
+                    "kind": "federated",
+                    "aggregator": aggregator,
+                    "global_rounds": config.global_rounds,
+                    "aggregation_rounds": config.aggregation_rounds,
+                    "clients_per_round": config.clients_per_round,
+                    "batch_size": config.batch_size,
+                    "eval_every": config.eval_every,
+                }
+                # part of the cache key; left out for "fresh" so earlier cached runs stay valid
+                if config.client_optimizer != "fresh":
+                    spec["client_optimizer"] = config.client_optimizer
+                specs.append(spec)
     results: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     todo = []
     for spec in specs:
@@ -660,6 +672,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--secagg-rounds", type=int, default=3, help="rounds timed with MF-SecAvg (0: skip)"
     )
+    parser.add_argument(
+        "--client-optimizer",
+        choices=CLIENT_OPTIMIZERS,
+        default="fresh",
+        help="fresh: a new Adam every participation (default); persistent: each client keeps its "
+        "Adam moments and step count across its participations",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="training runs in parallel (processes)")
     parser.add_argument(
         "--out", default="fedncf-bench", help="output folder (default ./fedncf-bench)"
@@ -690,6 +709,7 @@ def config_from_args(args: argparse.Namespace) -> BenchFedNCFConfig:
         eval_every=1 if quick else args.eval_every,
         central_epochs=1 if quick else args.central_epochs,
         secagg_rounds=1 if quick else args.secagg_rounds,
+        client_optimizer=args.client_optimizer,
         jobs=args.jobs,
         out=args.out,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -15,9 +16,11 @@ from fedrec.cli import main
 from fedrec.envs.datasets.catalog import load_prepared
 from fedrec.envs.datasets.synthetic import synthetic_log, write_ml100k, write_synthetic
 from fedrec.eval.ranking_metrics import evaluate_ranking_agent
+from fedrec.federation.aggregators import ClientUpdates, make_aggregator
 from fedrec.train.fedncf import (
     CentralConfig,
     ClientData,
+    ClientOptimizerStore,
     FedNCFConfig,
     round_rng,
     sample_round,
@@ -102,6 +105,150 @@ def test_batched_round_equals_per_client_reference(model: str, small_dir: Path) 
     assert moved > 1e-2  # training really happened
 
 
+def _assert_same_round(
+    batched: tuple[ClientUpdates, torch.Tensor],
+    reference: tuple[ClientUpdates, torch.Tensor],
+    items: torch.Tensor,
+) -> None:
+    """The uploads and new private rows of one round agree (clients in either order)."""
+    (b, b_rows), (r, r_rows) = batched, reference
+    position = {int(u): k for k, u in enumerate(r.clients)}
+    perm = torch.tensor([position[int(u)] for u in b.clients])
+    np.testing.assert_array_equal(b.num_samples, r.num_samples[perm.numpy()])
+    assert torch.equal(b.touched(), r.touched()[perm])
+    torch.testing.assert_close(b.network, r.network[perm], atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        b.item_tables(items), r.item_tables(items)[perm], atol=2e-5, rtol=1e-4
+    )
+    torch.testing.assert_close(b_rows, r_rows, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("model", ["gmf", "mlp", "neumf"])
+def test_persistent_client_optimizers_batched_equals_reference(model: str, small_dir: Path) -> None:
+    data = load_prepared("ml-100k", small_dir)
+    clients = ClientData.of(data)
+    config = NCFConfig(model=model)
+    net = NCF(
+        config,
+        num_users=data.num_users,
+        num_items=data.num_items,
+        generator=torch.Generator().manual_seed(1),
+    )
+    user_store, items, network = net.user_table(), net.item_table(), net.network_vector()
+    shape = {"num_users": data.num_users, "num_items": data.num_items}
+    batched_store = ClientOptimizerStore(config, **shape)
+    reference_store = ClientOptimizerStore(config, **shape)
+    aggregator = make_aggregator("mf-fedavg")
+    # 2 and 11 train in every round, 1, 23 and 30 twice: step counts differ between clients
+    rounds = [[1, 2, 6, 11, 23, 30], [2, 5, 11, 17, 30], [1, 2, 11, 19, 23]]
+    local_steps = np.zeros(data.num_users, np.int64)  # each client's steps so far
+    for r, round_users in enumerate(rounds):
+        users = np.array(round_users)
+        kwargs = {
+            "round_samples": sample_round(
+                clients, users, round_rng(2, r), num_negatives=4, local_epochs=2
+            ),
+            "user_rows": user_store[torch.from_numpy(users)],
+            "items": items,
+            "network": network,
+            "lr": 1e-2,
+            "batch_size": 8,
+        }
+        local_steps[users] += 2 * -(-kwargs["round_samples"].samples // 8)  # 2 epochs of 8
+        batched = train_round_batched(config, **kwargs, optimizer_store=batched_store)
+        reference = train_round_reference(config, **kwargs, optimizer_store=reference_store)
+        _assert_same_round(batched, reference, items)
+        user_store[torch.from_numpy(users)] = batched[1]  # both go on from the same parameters
+        items, network = aggregator.aggregate(items=items, network=network, updates=batched[0])
+    # the stored state itself: step counts and moments (SparseAdam's tables alternate user, item)
+    assert set(reference_store.torch_states) == {u for users in rounds for u in users}
+    for user, (sparse, adam) in reference_store.torch_states.items():
+        steps = {
+            int(state["step"]) for state in [*sparse["state"].values(), *adam["state"].values()]
+        }
+        assert steps == {int(batched_store.steps[user])}
+        tables = [sparse["state"][i] for i in range(len(sparse["state"]))]
+        for moment, lo in (("exp_avg", 0), ("exp_avg_sq", config.item_width)):
+            item_moments = torch.cat([t[moment] for t in tables[1::2]], 1)
+            user_moments = torch.cat([t[moment] for t in tables[0::2]], 1)[0]
+            network_moments = torch.cat([s[moment].reshape(-1) for s in adam["state"].values()])
+            dense = batched_store.dense_m if moment == "exp_avg" else batched_store.dense_v
+            hi = lo + config.item_width
+            torch.testing.assert_close(
+                torch.from_numpy(batched_store.item_moments[user, :, lo:hi]),
+                item_moments,
+                atol=2e-5,
+                rtol=1e-4,
+            )
+            torch.testing.assert_close(
+                torch.from_numpy(dense[user]),
+                torch.cat([user_moments, network_moments]),
+                atol=2e-5,
+                rtol=1e-4,
+            )
+    np.testing.assert_array_equal(batched_store.steps, local_steps)
+
+
+def test_persistent_client_optimizer_changes_only_later_participations(small_dir: Path) -> None:
+    def run(client_optimizer: str, global_rounds: int, simulation: str = "batched") -> torch.Tensor:
+        config = FedNCFConfig(
+            global_rounds=global_rounds,
+            clients_per_round=10,
+            lr=1e-2,
+            eval_every=0,
+            simulation=simulation,
+            client_optimizer=client_optimizer,
+        )
+        model = train_federated(
+            dataset="ml-100k", data_dir=small_dir, config=config, progress=False
+        ).model
+        return torch.cat(
+            [model.item_table().ravel(), model.user_table().ravel(), model.network_vector()]
+        )
+
+    # one global round: every client's first participation, where nothing is stored yet
+    assert torch.equal(run("fresh", 1), run("persistent", 1))
+    fresh, persistent = run("fresh", 2), run("persistent", 2)
+    assert (fresh - persistent).abs().max() > 1e-3  # the second participations differ
+    # and the reference simulation carries the state across rounds the same way
+    torch.testing.assert_close(
+        run("persistent", 2, simulation="reference"), persistent, atol=1e-4, rtol=1e-3
+    )
+
+
+def test_bench_client_optimizer_flag_and_run_cache_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import argparse
+
+    from fedrec.eval import bench_fedncf
+
+    parser = argparse.ArgumentParser()
+    bench_fedncf.add_parser(parser.add_subparsers())
+    args = ["fedncf", "--model", "gmf", "--aggregators", "mf-fedavg", "--seeds", "1"]
+    args += ["--out", str(tmp_path)]
+    assert bench_fedncf.config_from_args(parser.parse_args(args)).client_optimizer == "fresh"
+    config = bench_fedncf.config_from_args(
+        parser.parse_args([*args, "--client-optimizer", "persistent"])
+    )
+    assert config.client_optimizer == "persistent"
+    with pytest.raises(ValueError, match="client_optimizer"):
+        bench_fedncf.BenchFedNCFConfig(client_optimizer="shared")
+    jobs: list[dict] = []
+
+    def fake_job(spec: dict) -> dict:
+        jobs.append(spec)
+        return {"spec": spec, "hit_rate": 0.0, "ndcg": 0.0, "train_seconds": 0.0}
+
+    monkeypatch.setattr(bench_fedncf, "_run_job", fake_job)
+    bench_fedncf.run_all(dataclasses.replace(config, client_optimizer="fresh"), log=lambda _: None)
+    assert "client_optimizer" not in jobs[-1]  # "fresh" runs keep their earlier cache keys
+    bench_fedncf.run_all(config, log=lambda _: None)
+    assert [spec["kind"] for spec in jobs] == ["central", "federated", "federated"]
+    assert jobs[-1]["client_optimizer"] == "persistent"  # the centralised run is shared
+    assert len(list((tmp_path / "runs").glob("federated-*"))) == 2
+
+
 def test_units_and_participation(small_dir: Path) -> None:
     data = load_prepared("ml-100k", small_dir)
     config = FedNCFConfig(global_rounds=2, clients_per_round=15, eval_every=1)
@@ -182,6 +329,7 @@ def test_federated_and_centralised_beat_random(medium_dir: Path) -> None:
         ({"aggregation_rounds": 0}, "aggregation_rounds"),
         ({"lr": 0.0}, "lr must be"),
         ({"simulation": "loop"}, "simulation must be"),
+        ({"client_optimizer": "shared"}, "client_optimizer must be"),
     ],
 )
 def test_config_errors(kwargs: dict, match: str) -> None:

@@ -5,8 +5,8 @@ and its own user embedding row, which never leaves it (simulated by a private pe
 each *aggregation round* the server picks ``clients_per_round`` clients, sends them the global item
 table(s) and network weights; each client rebuilds its local set (its training positives plus
 ``num_negatives`` fresh uniform negatives per positive, every local epoch), trains for
-``local_epochs`` epochs with a fresh optimiser, and uploads its touched item rows, network weights
-and n_k; the server aggregates (:mod:`fedrec.federation.aggregators`).
+``local_epochs`` epochs, and uploads its touched item rows, network weights and n_k; the server
+aggregates (:mod:`fedrec.federation.aggregators`).
 
 **Units.** A *global round* is one pass over all clients: the users are permuted and split into
 ``ceil(U / clients_per_round)`` aggregation rounds of ``clients_per_round`` or one fewer clients,
@@ -16,7 +16,10 @@ so every user trains exactly once per global round. FedNCF's "400 epochs" are 40
 **Optimiser.** Adam (lr 1e-3) on the network weights and, lazily, on embedding rows
 (``torch.optim.SparseAdam``, as for ``nn.Embedding(sparse=True)``): a row moves only on steps
 whose batch contains it. The batch size (not given by FedNCF) defaults to 64 on clients and 256
-(NCF's default) centrally.
+(NCF's default) centrally. By default a client's optimiser is fresh every participation;
+``client_optimizer="persistent"`` lets each client keep its Adam moments and step count across its
+participations (:class:`ClientOptimizerStore`; the parameters still come from the server and the
+private user store).
 
 **Batched simulation.** :func:`train_round_batched` trains a round's clients together: their
 network weights and user rows are stacked into one (C, ·) array, their item rows into one flat
@@ -75,7 +78,7 @@ class FedNCFConfig:
     batch_size: int = 64
     """local mini-batch size (FedNCF does not give one)."""
     lr: float = 1e-3
-    """Adam learning rate (fresh optimiser every participation)."""
+    """Adam learning rate."""
     num_negatives: int = 4
     """sampled negatives per training positive, redrawn every local epoch."""
     eval_every: int = 10
@@ -86,6 +89,9 @@ class FedNCFConfig:
     """seeds initialisation, client selection and local sampling."""
     simulation: Literal["batched", "reference"] = "batched"
     """client simulation: stacked batched tensors, or the per-client reference loop."""
+    client_optimizer: Literal["fresh", "persistent"] = "fresh"
+    """fresh: a new Adam every participation (the spec's reading); persistent: each client keeps its
+    Adam moments and step count across its participations, client-side state that never leaves it."""
 
     def __post_init__(self) -> None:
         if self.aggregator.lower() not in AGGREGATOR_NAMES:
@@ -113,6 +119,10 @@ class FedNCFConfig:
         if self.simulation not in ("batched", "reference"):
             raise ValueError(
                 f"simulation must be 'batched' or 'reference', got {self.simulation!r}"
+            )
+        if self.client_optimizer not in ("fresh", "persistent"):
+            raise ValueError(
+                f"client_optimizer must be 'fresh' or 'persistent', got {self.client_optimizer!r}"
             )
 
     def rounds_per_global(self, num_users: int) -> int:
@@ -326,6 +336,64 @@ def sample_round(
 
 
 # ------------------------------------------------------------------------------------------------
+# Client optimiser state kept across participations ("persistent")
+
+
+class ClientOptimizerStore:
+    """Every client's Adam state between its participations (``client_optimizer="persistent"``).
+
+    This is client-side state that never leaves the client: the moments of its user row, of its
+    copy of the network weights and of every item row it has touched, and its step count. Both
+    optimisers step on every local batch and every embedding table gets a gradient on every
+    batch, so one count per client serves SparseAdam's and Adam's bias corrections. Parameters are
+    not kept here: they come from the server (items, network) and the private user store.
+
+    A store serves one simulation. :func:`train_round_batched` keeps the state as stacked arrays
+    (``steps``, ``dense_m``/``dense_v`` over ``[user row | network]``, ``item_moments``
+    ``[m | v]`` per client and item; zero until first used, so pages are allocated as clients
+    touch rows), :func:`train_round_reference` as each client's ``torch.optim`` state dicts.
+    """
+
+    def __init__(self, config: NCFConfig, *, num_users: int, num_items: int) -> None:
+        width = config.item_width
+        self.steps = np.zeros(num_users, np.int64)
+        """(U,) local steps each client has taken so far."""
+        self.dense_m = np.zeros((num_users, width + config.network_size), np.float32)
+        """(U, D) first moments of each client's [user row | network]."""
+        self.dense_v = np.zeros_like(self.dense_m)
+        """(U, D) second moments of each client's [user row | network]."""
+        self.item_moments = np.zeros((num_users, num_items, 2 * width), np.float32)
+        """(U, I, 2E) each client's [m | v] of every item row (zero until it touches the row)."""
+        self.torch_states: dict[int, list[dict]] = {}
+        """the reference's state dicts (SparseAdam, Adam) per user."""
+        self._corrections = np.ones((2, 1))  # 1 - beta1**s, 1 - beta2**s for s = 0, 1, ...
+
+    def bias_corrections(self, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(1 - beta1**s, 1 - beta2**s) for the step counts ``steps``, as Python floats compute them.
+
+        The table of every count so far is extended as counts grow (one ``**`` per new count).
+        """
+        top = int(steps.max()) + 1
+        known = self._corrections.shape[1]
+        if top > known:
+            new = range(known, max(top, 2 * known))
+            more = [[1 - BETA1**n for n in new], [1 - BETA2**n for n in new]]
+            self._corrections = np.concatenate([self._corrections, np.array(more)], 1)
+        return self._corrections[0].take(steps), self._corrections[1].take(steps)
+
+
+def _adam_factors(
+    bc1: np.ndarray, bc2: np.ndarray, *, lr: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Float32 (SparseAdam step size lr·sqrt(bc2)/bc1, Adam step size lr/bc1, sqrt(bc2),
+    eps/sqrt(bc2)) from the bias corrections, computed in float64 as the fresh path's scalars are.
+    """
+    sqrt_bc2 = np.sqrt(bc2)
+    item_lr, dense_lr = lr * sqrt_bc2 / bc1, lr / bc1
+    return tuple(x.astype(np.float32) for x in (item_lr, dense_lr, sqrt_bc2, EPS / sqrt_bc2))
+
+
+# ------------------------------------------------------------------------------------------------
 # The reference client: one NCF module and torch.optim per client
 
 
@@ -338,10 +406,13 @@ def train_round_reference(
     network: torch.Tensor,
     lr: float,
     batch_size: int,
+    optimizer_store: ClientOptimizerStore | None = None,
 ) -> tuple[ClientUpdates, torch.Tensor]:
     """Train the round's clients one after another with ``torch.optim`` (the reference).
 
-    ``user_rows`` (C, E) are the clients' private rows; returns the uploads and the new rows.
+    ``user_rows`` (C, E) are the clients' private rows; returns the uploads and the new rows. With
+    an ``optimizer_store`` each client's optimisers start from the state dicts it saved at its
+    previous participation (fresh ones otherwise) and save theirs after training.
     """
     networks, new_rows, row_client, row_item, item_rows = [], [], [], [], []
     num_items = items.shape[0]
@@ -350,6 +421,11 @@ def train_round_reference(
         model = NCF(config, num_users=1, num_items=num_items)
         model.load_federated(user_table=user_rows[k : k + 1], item_table=items, network=network)
         optimizers = make_optimizers(model, lr=lr)
+        client_id = int(round_samples.users[k])
+        if optimizer_store is not None and client_id in optimizer_store.torch_states:
+            saved = optimizer_store.torch_states[client_id]
+            for optimizer, state in zip(optimizers, saved, strict=True):
+                optimizer.load_state_dict(state)
         for batch_items, batch_labels in _batches(epochs, batch_size):
             user = torch.zeros(len(batch_items), dtype=torch.int64)
             logits = model(user, torch.from_numpy(batch_items))
@@ -359,6 +435,8 @@ def train_round_reference(
             loss.backward()
             for optimizer in optimizers:
                 optimizer.step()
+        if optimizer_store is not None:
+            optimizer_store.torch_states[client_id] = [o.state_dict() for o in optimizers]
         touched = np.unique(np.concatenate([e[0] for e in epochs]))
         networks.append(model.network_vector())
         new_rows.append(model.user_table()[0])
@@ -575,12 +653,15 @@ def train_round_batched(
     lr: float,
     batch_size: int,
     engine: _BatchedNetwork | None = None,
+    optimizer_store: ClientOptimizerStore | None = None,
 ) -> tuple[ClientUpdates, torch.Tensor]:
     """Train a round's clients together (same results as :func:`train_round_reference`).
 
     Per step: gather every active client's batch rows from the flat table, one stacked
     forward/backward, then SparseAdam on the distinct rows touched (first occurrences plus the
-    repeats added in) and Adam on the stacked [user row | network] of the active clients.
+    repeats added in) and Adam on the stacked [user row | network] of the active clients. With an
+    ``optimizer_store`` the Adam moments and step counts start from each client's stored state
+    (so bias corrections differ per client) and are written back after the round.
     """
     engine = engine or _BatchedNetwork(config)
     num_items, width = items.shape
@@ -589,10 +670,29 @@ def train_round_batched(
     dense = np.concatenate(
         [user_rows.numpy()[plan.order], np.broadcast_to(network.numpy(), (c, network.numel()))], 1
     ).astype(np.float32)
-    dense_m, dense_v = np.zeros_like(dense), np.zeros_like(dense)
     # flat state rows [param | m | v]: one gather and one scatter per step
     state = np.zeros((len(plan.row_item) + 1, 3 * width), np.float32)
     state[:-1, :width] = items.numpy()[plan.row_item]
+    persistent = optimizer_store is not None
+    if optimizer_store is not None:
+        stack_users = round_samples.users[plan.order]
+        local_steps = (plan.active[:, None] > np.arange(c)[None, :]).sum(0)  # per stack slot
+        dense_m = optimizer_store.dense_m[stack_users]
+        dense_v = optimizer_store.dense_v[stack_users]
+        # the clients' [m | v] of their flat-table rows, as rows of a (U * I, 2E) view
+        item_moments = optimizer_store.item_moments.reshape(-1, 2 * width)
+        moment_rows = stack_users[plan.row_client] * num_items + plan.row_item
+        state[:-1, width:] = item_moments.take(moment_rows, axis=0)
+        # (T, C) step counts and Adam factors; each distinct row's step size, for all steps
+        counts = optimizer_store.steps[stack_users] + np.arange(1, len(plan.active) + 1)[:, None]
+        item_lr, dense_lr, sqrt_bc2s, user_eps = _adam_factors(
+            *optimizer_store.bias_corrections(counts), lr=lr
+        )
+        unique_at = np.repeat(np.arange(len(plan.active)) * c, np.diff(plan.unique_offsets))
+        unique_at += plan.row_client.take(plan.unique_rows)
+        unique_lr = item_lr.take(unique_at)[:, None]
+    else:
+        dense_m, dense_v = np.zeros_like(dense), np.zeros_like(dense)
     # SparseAdam (user and item rows) is Adam with eps / sqrt(bias_correction2); the network is Adam
     dense_eps = np.full(dense.shape[1], EPS, np.float32)
     for t, a in enumerate(plan.active.tolist()):
@@ -605,9 +705,10 @@ def train_round_batched(
             plan.labels[lo:hi].reshape(a, batch_size),
             plan.weights[lo:hi].reshape(a, batch_size),
         )
-        step = t + 1
-        bc1, bc2 = 1 - BETA1**step, 1 - BETA2**step
-        sqrt_bc2 = math.sqrt(bc2)
+        if not persistent:
+            step = t + 1
+            bc1, bc2 = 1 - BETA1**step, 1 - BETA2**step
+            sqrt_bc2 = math.sqrt(bc2)
         # lazy Adam on the distinct rows of this step
         ulo, uhi = plan.unique_offsets[t], plan.unique_offsets[t + 1]
         rows = plan.unique_rows[ulo:uhi]
@@ -622,7 +723,10 @@ def train_round_batched(
         m += (1 - BETA1) * d_rows
         v *= BETA2
         v += (1 - BETA2) * (d_rows * d_rows)
-        param -= (lr * sqrt_bc2 / bc1) * m / (np.sqrt(v) + EPS)
+        if persistent:  # each row's client has its own step count
+            param -= unique_lr[ulo:uhi] * m / (np.sqrt(v) + EPS)
+        else:
+            param -= (lr * sqrt_bc2 / bc1) * m / (np.sqrt(v) + EPS)
         state[rows] = s
         # Adam on the active clients' user rows and networks
         m, v = dense_m[:a], dense_v[:a]
@@ -630,8 +734,20 @@ def train_round_batched(
         m += (1 - BETA1) * d_dense
         v *= BETA2
         v += (1 - BETA2) * (d_dense * d_dense)
-        dense_eps[:width] = EPS / sqrt_bc2
-        x -= (lr / bc1) * m / (np.sqrt(v) / sqrt_bc2 + dense_eps)
+        if persistent:
+            denom = np.sqrt(v)
+            denom /= sqrt_bc2s[t, :a, None]
+            denom[:, :width] += user_eps[t, :a, None]
+            denom[:, width:] += EPS
+            x -= dense_lr[t, :a, None] * m / denom
+        else:
+            dense_eps[:width] = EPS / sqrt_bc2
+            x -= (lr / bc1) * m / (np.sqrt(v) / sqrt_bc2 + dense_eps)
+    if optimizer_store is not None:
+        optimizer_store.steps[stack_users] += local_steps
+        optimizer_store.dense_m[stack_users] = dense_m
+        optimizer_store.dense_v[stack_users] = dense_v
+        item_moments[moment_rows] = state[:-1, width:]
     updates = ClientUpdates(
         clients=round_samples.users[plan.order],
         num_samples=round_samples.samples[plan.order],
@@ -700,7 +816,13 @@ def train_federated(
     per_global = config.rounds_per_global(num_users)
     total = config.total_aggregation_rounds(num_users)
     train_round = train_round_batched if config.simulation == "batched" else train_round_reference
-    extra = {"engine": _BatchedNetwork(config.model)} if config.simulation == "batched" else {}
+    extra: dict = (
+        {"engine": _BatchedNetwork(config.model)} if config.simulation == "batched" else {}
+    )
+    if config.client_optimizer == "persistent":
+        extra["optimizer_store"] = ClientOptimizerStore(
+            config.model, num_users=num_users, num_items=num_items
+        )
 
     history: list[EvalPoint] = []
     samples: list[int] = []

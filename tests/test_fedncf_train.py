@@ -66,17 +66,21 @@ def test_local_samples_follow_the_protocol(small_dir: Path) -> None:
     np.testing.assert_array_equal(samples.items, again.items)
 
 
-@pytest.mark.parametrize("model", ["gmf", "mlp", "neumf"])
-def test_batched_round_equals_per_client_reference(model: str, small_dir: Path) -> None:
-    data = load_prepared("ml-100k", small_dir)
-    clients = ClientData.of(data)
-    config = NCFConfig(model=model)
-    net = NCF(
+def _seeded_net(config: NCFConfig, data) -> NCF:
+    return NCF(
         config,
         num_users=data.num_users,
         num_items=data.num_items,
         generator=torch.Generator().manual_seed(1),
     )
+
+
+@pytest.mark.parametrize("model", ["gmf", "mlp", "neumf"])
+def test_batched_round_equals_per_client_reference(model: str, small_dir: Path) -> None:
+    data = load_prepared("ml-100k", small_dir)
+    clients = ClientData.of(data)
+    config = NCFConfig(model=model)
+    net = _seeded_net(config, data)
     users = np.array([1, 2, 6, 11, 23, 30])  # different sizes: clients finish at different steps
     samples = sample_round(clients, users, round_rng(2, 0), num_negatives=4, local_epochs=2)
     kwargs = {
@@ -128,12 +132,7 @@ def test_persistent_client_optimizers_batched_equals_reference(model: str, small
     data = load_prepared("ml-100k", small_dir)
     clients = ClientData.of(data)
     config = NCFConfig(model=model)
-    net = NCF(
-        config,
-        num_users=data.num_users,
-        num_items=data.num_items,
-        generator=torch.Generator().manual_seed(1),
-    )
+    net = _seeded_net(config, data)
     user_store, items, network = net.user_table(), net.item_table(), net.network_vector()
     shape = {"num_users": data.num_users, "num_items": data.num_items}
     batched_store = ClientOptimizerStore(config, **shape)

@@ -83,7 +83,7 @@ def plot_learning_curves(
             ax.set_xlabel("episode")
             ax.grid(alpha=0.3)
             # Below the axes: with several groups an in-plot legend hides the curves.
-            ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1)
+            ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)
         ylabel = "return" + (f" (mean of last {window} episodes)" if window else "")
         axes[0][0].set_ylabel(ylabel)
         figure.suptitle(title or "Learning curves (mean over seeds)")

@@ -166,6 +166,8 @@ class FedSlateConfig:
             "choice_model": self.choice_model in ("true", "paper"),
         }
         bad = [name for name, ok in checks.items() if not ok]
+        if self.global_network == "residual" and self.head != "linear":
+            bad.append("head")  # the residual F adds a correction to Q_own: no squashing head
         if bad:
             values = ", ".join(f"{name}={getattr(self, name)!r}" for name in bad)
             raise ValueError(f"invalid FedSlate config: {values}")
@@ -193,7 +195,7 @@ def _mlp(
 
 
 class LocalQNetwork(nn.Module):
-    """Q_k(s_k): a platform's state to one value per candidate (Mish MLP)."""
+    """Q_k(s_k): a platform's state to one value per candidate (Mish or ReLU MLP)."""
 
     def __init__(
         self,

@@ -9,6 +9,7 @@ decides what a platform may see: the env classes build observations from its sta
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -63,10 +64,7 @@ class ChocKaleSimulator:
             count = self.num_users
             self.exposure[:] = self.model.initial_exposure(rng, count)
             self.budget[:] = self.params.time_budget
-            for platform in range(1 if self.shared_catalogue else self.num_platforms):
-                self.documents[platform] = self.model.sample_documents(rng, count)
-            if self.shared_catalogue:
-                self.documents[1:] = self.documents[0]
+            self._draw_documents(rng, slice(None), count)
             self.click_history[:] = 0.0
             self.engagement_history[:] = 0.0
             return
@@ -75,12 +73,17 @@ class ChocKaleSimulator:
             return
         self.exposure[mask] = self.model.initial_exposure(rng, count)
         self.budget[mask] = self.params.time_budget
-        for platform in range(1 if self.shared_catalogue else self.num_platforms):
-            self.documents[platform, mask] = self.model.sample_documents(rng, count)
-        if self.shared_catalogue:
-            self.documents[1:, mask] = self.documents[0, mask]
+        self._draw_documents(rng, mask, count)
         self.click_history[:, mask] = 0.0
         self.engagement_history[:, mask] = 0.0
+
+    def _draw_documents(self, rng: np.random.Generator, users: Any, count: int) -> None:
+        """Fresh candidates for ``users`` (a mask or slice of ``count`` users) on every platform;
+        with a shared catalogue the first platform draws and the others copy it."""
+        for platform in range(1 if self.shared_catalogue else self.num_platforms):
+            self.documents[platform, users] = self.model.sample_documents(rng, count)
+        if self.shared_catalogue:
+            self.documents[1:, users] = self.documents[0, users]
 
     def satisfaction(self) -> np.ndarray:
         """Current true satisfaction of every user."""

@@ -355,6 +355,8 @@ def test_residual_federated_network_starts_as_the_identity_and_learns() -> None:
     assert agent.rounds > 0 and agent.server.updates == 2 * agent.rounds
     with pytest.raises(ValueError, match="global_network='bogus'"):
         FedSlateConfig(global_network="bogus")
+    with pytest.raises(ValueError, match="head='tanh'"):
+        FedSlateConfig(global_network="residual", head="tanh")
     with pytest.raises(ValueError, match="local_activation='tanh'"):
         FedSlateConfig(local_activation="tanh")
 

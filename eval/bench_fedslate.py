@@ -6,7 +6,8 @@ the long-term dynamics of ``fedrec/ChocKaleLongTerm-v0``, where planning matters
 method for ``--seeds`` seeds with :func:`fedrec.train.multi_platform.train_multi_platform`, saves
 the run directories under ``--out``, prints each run's wall time, then prints the per-platform
 table of ``fedrec eval`` (ETROR, optimal reward, plateau, final greedy evaluation, planner,
-random, with 95% CIs across seeds, beside the paper's numbers) and writes the learning curves.
+random, with 95% CIs across seeds, beside the paper's numbers), writes it to ``table.csv`` and
+writes the learning curves (both beside the runs, for the runs of this call).
 
 FedSlate(exp) needs feedback on every platform, so its runs use an env where every platform has
 feedback (its platform-B numbers are then not comparable with a no-feedback platform B; the
@@ -182,6 +183,7 @@ def print_table(paths: list[Path], setting: str, *, plot: Path | None) -> int:
         paper=spec.paper,
         scenario=spec.scenario,
         no_plot=plot is None,
+        csv=None if plot is None else plot.with_name("table.csv"),
     )
     return cli_eval.run(args)
 

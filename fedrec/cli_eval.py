@@ -65,6 +65,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="which of the paper's experiments to compare with",
     )
     parser.add_argument("--no-plot", action="store_true", help="print the table only")
+    parser.add_argument(
+        "--csv",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="also write the table as CSV (one row per group and series, cells as printed)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -82,6 +89,17 @@ def _paper(group: GroupSummary, series: str, args: argparse.Namespace) -> dict[s
         algorithm=group.agent, setting=setting, series=series, scenario=args.scenario
     )
     return {metric: str(number) for metric, number in numbers.items()}
+
+
+def _write_csv(path: Path, columns: list[str], rows: list[list[str]]) -> None:
+    """The printed table as CSV (for scripts and docs: the terminal table wraps wide cells)."""
+    import csv
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(columns)
+        writer.writerows(rows)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -115,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
     for column in columns:
         text = column in ("group", "series")
         table.add_column(column, justify="left" if text else "right", no_wrap=text)
+    cell_rows = []
     for group, name, summary, paper in rows:
         etror = {"digits": 0, "unit": "reached"}
         cells = [group.label, name, str(summary.seeds)]
@@ -129,7 +148,10 @@ def run(args: argparse.Namespace) -> int:
         if show_paper:
             cells += [paper.get(m, "–") for m in ("etror", "optimal_reward", "random_mean")]
         table.add_row(*cells)
+        cell_rows.append(cells)
     console.print(table)
+    if args.csv is not None:
+        _write_csv(args.csv, columns, cell_rows)
     notes = [
         "optimal = max of the noisy curve (biased upwards, for comparison with the papers); "
         f"plateau = mean of the curve over the last {100 * args.tail:g}% of the run; "

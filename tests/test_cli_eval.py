@@ -69,7 +69,8 @@ def test_eval_prints_the_table_and_writes_the_plot(
     runs: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     dirs = sorted(str(p) for p in runs.iterdir())
-    assert main(["eval", *dirs]) == 0
+    table = runs.parent / "tables" / "eval.csv"
+    assert main(["eval", *dirs, "--csv", str(table)]) == 0
     out = capsys.readouterr().out
     png = runs / "learning_curves.png"
     assert png.read_bytes()[:8] == PNG_MAGIC
@@ -84,6 +85,14 @@ def test_eval_prints_the_table_and_writes_the_plot(
     assert "945.0" in slateq
     # agent - random on the same held-out episodes: exactly 155 (the shared noise cancels)
     assert "+155.0 ± 0.0" in slateq and "+155.0 ± 0.0" in fedslate
+    # --csv: the same cells, unwrapped, one row per group and series
+    import csv
+
+    with table.open(encoding="utf-8") as handle:
+        written = {row["group"]: row for row in csv.DictReader(handle)}
+    assert written["slateq ChocKaleSlate-v0"]["ETROR"] == "500 ± 0"
+    assert written["fedslate ChocKaleSlate-v0"]["vs random"] == "+155.0 ± 0.0"
+    assert written["slateq ChocKaleSlate-v0"]["paper ETROR"] == "3400"
 
 
 def test_eval_expands_a_folder_and_multi_platform(

@@ -372,5 +372,8 @@ def test_bench_fedslate_cli_runs_the_requested_seeds(tmp_path, capsys) -> None:
     assert sorted(p.name for p in (tmp_path / "random").iterdir()) == ["seed3", "seed4"]
     assert "random" in capsys.readouterr().out
     assert (tmp_path / "learning_curves.png").is_file()
+    table = (tmp_path / "table.csv").read_text().splitlines()
+    assert table[0].startswith("group,series,seeds,ETROR") and len(table) == 1 + 2  # A and B
+    assert all(row.startswith("random,return/platform_") for row in table[1:])
     with pytest.raises(SystemExit, match="first-seed"):
         main([*argv[:8], "--first-seed=-1", "--out", str(tmp_path)])

@@ -9,6 +9,7 @@ definitions are in ``docs/metrics.md`` and :mod:`fedrec.eval.etror`.
 from __future__ import annotations
 
 import argparse
+import csv
 import math
 import sys
 from pathlib import Path
@@ -93,8 +94,6 @@ def _paper(group: GroupSummary, series: str, args: argparse.Namespace) -> dict[s
 
 def _write_csv(path: Path, columns: list[str], rows: list[list[str]]) -> None:
     """The printed table as CSV (for scripts and docs: the terminal table wraps wide cells)."""
-    import csv
-
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)

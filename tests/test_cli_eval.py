@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -86,8 +87,6 @@ def test_eval_prints_the_table_and_writes_the_plot(
     # agent - random on the same held-out episodes: exactly 155 (the shared noise cancels)
     assert "+155.0 ± 0.0" in slateq and "+155.0 ± 0.0" in fedslate
     # --csv: the same cells, unwrapped, one row per group and series
-    import csv
-
     with table.open(encoding="utf-8") as handle:
         written = {row["group"]: row for row in csv.DictReader(handle)}
     assert written["slateq ChocKaleSlate-v0"]["ETROR"] == "500 ± 0"

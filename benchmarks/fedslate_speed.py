@@ -22,7 +22,7 @@ import statistics
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from fedrec.eval.bench_fedslate import METHOD_SPECS, SETTINGS, env_for
+from fedrec.experiments.fedslate import METHOD_SPECS, SETTINGS, env_for
 from fedrec.train.multi_platform import MultiPlatformTrainConfig, train_multi_platform
 
 RUN_EPISODES = 5_000

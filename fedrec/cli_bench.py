@@ -7,9 +7,9 @@ import importlib
 
 #: benchmark name -> module with ``add_parser(bench_subparsers)``.
 BENCHMARKS = {
-    "envs": "fedrec.eval.bench_envs",
-    "fedncf": "fedrec.eval.bench_fedncf",
-    "fedslate": "fedrec.eval.bench_fedslate",
+    "envs": "fedrec.experiments.envs",
+    "fedncf": "fedrec.experiments.fedncf",
+    "fedslate": "fedrec.experiments.fedslate",
 }
 
 

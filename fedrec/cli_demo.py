@@ -3,7 +3,7 @@
 Prints the mean episode return (with a 95% confidence interval over episodes) of the random,
 myopic and optimal-planner policies and each one's regret against the planner. With
 ``--fedslate`` (what ``make demo`` runs) it then trains SlateQ, FedSlate and random on the
-two-platform env for a few hundred episodes (:mod:`fedrec.eval.demo_fedslate`), prints the
+two-platform env for a few hundred episodes (:mod:`fedrec.experiments.demo_fedslate`), prints the
 per-platform ``fedrec eval`` table and writes the learning-curve plot.
 """
 
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         f"Seed {args.seed}; {time.perf_counter() - started:.0f} s."
     )
     if args.fedslate:
-        from fedrec.eval.demo_fedslate import run_demo
+        from fedrec.experiments.demo_fedslate import run_demo
 
         console.print(
             f"\nFedSlate comparison: SlateQ, FedSlate and random at (N, n) = (10, 3), "

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from fedrec.eval import bench_envs
+from fedrec.experiments import envs as bench_envs
 
 HAS_RECSIM = importlib.util.find_spec("recsim") is not None
 

@@ -220,7 +220,7 @@ def test_bench_client_optimizer_flag_and_run_cache_key(
 ) -> None:
     import argparse
 
-    from fedrec.eval import bench_fedncf
+    from fedrec.experiments import fedncf as bench_fedncf
 
     parser = argparse.ArgumentParser()
     bench_fedncf.add_parser(parser.add_subparsers())

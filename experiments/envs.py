@@ -580,7 +580,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark without the ``fedrec`` console script (``python -m fedrec.eval.bench_envs``)."""
+    """Run the benchmark without the ``fedrec`` console script (``python -m fedrec.experiments.envs``)."""
     parser = argparse.ArgumentParser(prog="fedrec bench")
     add_parser(parser.add_subparsers(dest="benchmark", required=True))
     args = parser.parse_args(["envs", *(argv if argv is not None else sys.argv[1:])])

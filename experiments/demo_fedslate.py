@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fedrec.eval.bench_fedslate import print_table, run_dirs
+from fedrec.experiments.fedslate import print_table, run_dirs
 
 #: Shortened schedule: burn-in of 1,000 transitions and epsilon below 0.1 after ~15k.
 DEMO_AGENT_KWARGS = {"learning_starts": 1_000, "epsilon_decay": 0.99985}

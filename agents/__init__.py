@@ -1,5 +1,14 @@
-"""fedrec.agents: the slate-agent interface, SlateQ, reference policies and baselines."""
+"""fedrec.agents: the slate-agent and multi-platform agent interfaces, SlateQ, FedSlate, reference
+policies and baselines."""
 
 from fedrec.agents.base import SlateAgent, Transitions, random_slates, slate_size_of
+from fedrec.agents.multi_platform import MultiPlatformAgent, RandomMultiPolicy
 
-__all__ = ["SlateAgent", "Transitions", "random_slates", "slate_size_of"]
+__all__ = [
+    "MultiPlatformAgent",
+    "RandomMultiPolicy",
+    "SlateAgent",
+    "Transitions",
+    "random_slates",
+    "slate_size_of",
+]

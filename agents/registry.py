@@ -1,8 +1,12 @@
 """Agents by name, for the command line: built-in names or ``module:Class`` / ``file.py:Class``.
 
-An agent class usable by name has a ``Config`` dataclass and a ``from_env(env, *, config, seed)``
-class method (see :class:`fedrec.agents.base.SlateAgent`); a class written in a researcher's own
-file is loaded from its path without installing anything.
+There are two kinds of agent, with one table of built-in names each: single-platform slate agents
+(:class:`fedrec.agents.base.SlateAgent`, trained on Gymnasium envs) and multi-platform agents
+(:class:`fedrec.agents.multi_platform.MultiPlatformAgent`, trained on the PettingZoo
+multi-platform env). A built-in name may stand for a class with preset hyperparameters (the
+labelled FedSlate variants). An agent class usable by name has a ``Config`` dataclass and a
+``from_env(env, *, config, seed)`` class method; a class written in a researcher's own file is
+found by its path exactly as a built-in is found by its name, without installing anything.
 """
 
 from __future__ import annotations
@@ -17,12 +21,64 @@ from typing import Any
 
 from fedrec.agents.base import SlateAgent
 
-#: Built-in agent name -> ``module:Class``.
+#: Built-in single-platform agent name -> ``module:Class``.
 AGENTS: dict[str, str] = {
     "slateq": "fedrec.agents.slateq:SlateQAgent",
     "random": "fedrec.agents.reference:RandomPolicy",
     "myopic": "fedrec.agents.reference:MyopicPolicy",
     "planner": "fedrec.agents.reference:OptimalPlanner",
+    "popularity": "fedrec.agents.logged_baselines:PopularityAgent",
+}
+
+_FEDSLATE = "fedrec.agents.fedslate:FedSlateAgent"
+_ITEMWISE_RELU = {"local_network": "itemwise", "local_hidden": (64, 32), "local_activation": "relu"}
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentSpec:
+    """A built-in multi-platform method: its class and the hyperparameters it presets."""
+
+    target: str
+    """``module:Class``"""
+    presets: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Config fields the name fixes (a user's overrides of other fields still apply)"""
+    description: str = ""
+
+
+#: Built-in multi-platform method name -> class and presets.
+MULTI_PLATFORM_AGENTS: dict[str, AgentSpec] = {
+    "fedslate": AgentSpec(_FEDSLATE, {"method": "fedslate"}, "FedSlate (basic version)"),
+    "fedslate_exp": AgentSpec(
+        _FEDSLATE, {"method": "fedslate_exp"}, "FedSlate(exp): every platform has feedback"
+    ),
+    "fedq": AgentSpec(_FEDSLATE, {"method": "fedq"}, "FedQ: federated DQN without slates"),
+    "slateq": AgentSpec(
+        _FEDSLATE, {"method": "slateq"}, "per-platform SlateQ, no federation (SlateQ-local)"
+    ),
+    "random": AgentSpec("fedrec.agents.multi_platform:RandomMultiPolicy"),
+    "fedslate_linear": AgentSpec(
+        _FEDSLATE,
+        {"method": "fedslate", "global_network": "linear"},
+        "the paper's ablation: F is one linear layer",
+    ),
+    # Labelled deviations from the paper (docs/fedslate.md, "Diagnosis").
+    "slateq_itemwise": AgentSpec(
+        _FEDSLATE, {"method": "slateq", "local_network": "itemwise"}, "deviation: item-wise Q"
+    ),
+    "fedslate_itemwise": AgentSpec(
+        _FEDSLATE, {"method": "fedslate", "local_network": "itemwise"}, "deviation: item-wise Q"
+    ),
+    "fedslate_residual": AgentSpec(
+        _FEDSLATE, {"method": "fedslate", "global_network": "residual"}, "deviation: residual F"
+    ),
+    "slateq_itemwise_relu": AgentSpec(
+        _FEDSLATE, {"method": "slateq", **_ITEMWISE_RELU}, "deviation: small ReLU item-wise Q"
+    ),
+    "fedslate_itemwise_residual": AgentSpec(
+        _FEDSLATE,
+        {"method": "fedslate", **_ITEMWISE_RELU, "global_network": "residual"},
+        "deviation: item-wise Q and residual F",
+    ),
 }
 
 
@@ -32,6 +88,9 @@ def _load_module(target: str) -> Any:
         if not path.is_file():
             raise FileNotFoundError(f"agent file {path} does not exist")
         name = f"fedrec_user_agent_{path.stem}"
+        loaded = sys.modules.get(name)
+        if loaded is not None and Path(loaded.__file__ or "").resolve() == path.resolve():
+            return loaded  # the same file, already imported: keep its classes identical
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
             raise ValueError(f"cannot import agent file {path}")
@@ -42,23 +101,73 @@ def _load_module(target: str) -> Any:
     return importlib.import_module(target)
 
 
+def _load_class(target: str) -> type:
+    module_name, _, class_name = target.rpartition(":")
+    module = _load_module(module_name)
+    cls = getattr(module, class_name, None)
+    if not isinstance(cls, type):
+        raise ValueError(f"{target}: {module_name} has no class {class_name!r}")
+    return cls
+
+
+def _multi_platform_base() -> type:
+    from fedrec.agents.multi_platform import MultiPlatformAgent
+
+    return MultiPlatformAgent
+
+
 def resolve_agent(name: str) -> type[SlateAgent]:
-    """The agent class for a built-in name, ``package.module:Class`` or ``path/file.py:Class``."""
+    """The single-platform agent class for a built-in name, ``package.module:Class`` or
+    ``path/file.py:Class``."""
     target = AGENTS.get(name, name)
     if ":" not in target:
         known = ", ".join(sorted(AGENTS))
         raise ValueError(
             f"unknown agent {name!r}: use one of {known}, or module:Class / path/to/file.py:Class"
         )
-    module_name, _, class_name = target.rpartition(":")
-    module = _load_module(module_name)
-    cls = getattr(module, class_name, None)
-    if not (isinstance(cls, type) and issubclass(cls, SlateAgent)):
+    cls = _load_class(target)
+    if issubclass(cls, _multi_platform_base()):
+        raise ValueError(
+            f"{target} is a multi-platform agent: train it on a multi-platform env "
+            "(--env fedrec/ChocKaleMultiPlatform-v0)"
+        )
+    if not issubclass(cls, SlateAgent):
         raise ValueError(f"{target} is not a fedrec SlateAgent subclass")
     return cls
 
 
-def make_config(cls: type[SlateAgent], overrides: Mapping[str, Any] | None = None) -> Any:
+def resolve_multi_platform_agent(name: str) -> tuple[type, dict[str, Any]]:
+    """The multi-platform agent class and its preset hyperparameters, for a built-in method name
+    (:data:`MULTI_PLATFORM_AGENTS`), ``package.module:Class`` or ``path/file.py:Class``."""
+    spec = MULTI_PLATFORM_AGENTS.get(name)
+    target = spec.target if spec is not None else name
+    if ":" not in target:
+        known = ", ".join(MULTI_PLATFORM_AGENTS)
+        raise ValueError(
+            f"unknown multi-platform agent {name!r}: use one of {known}, or module:Class / "
+            "path/to/file.py:Class"
+        )
+    cls = _load_class(target)
+    if not issubclass(cls, _multi_platform_base()):
+        kind = "a single-platform SlateAgent" if issubclass(cls, SlateAgent) else "not an agent"
+        raise ValueError(
+            f"{target} is {kind}; a multi-platform env needs a subclass of "
+            "fedrec.agents.multi_platform.MultiPlatformAgent"
+        )
+    return cls, dict(spec.presets) if spec is not None else {}
+
+
+def is_multi_platform_agent(name: str) -> bool:
+    """True for a multi-platform built-in name or class (a name in both tables: False)."""
+    if name in AGENTS:
+        return False
+    if name in MULTI_PLATFORM_AGENTS:
+        return True
+    target = name
+    return ":" in target and issubclass(_load_class(target), _multi_platform_base())
+
+
+def make_config(cls: type, overrides: Mapping[str, Any] | None = None) -> Any:
     """The agent's ``Config`` with ``overrides`` applied (unknown names are an error)."""
     overrides = dict(overrides or {})
     fields = {f.name for f in dataclasses.fields(cls.Config)}
@@ -70,7 +179,7 @@ def make_config(cls: type[SlateAgent], overrides: Mapping[str, Any] | None = Non
     return cls.Config(**overrides)
 
 
-def config_from_json(cls: type[SlateAgent], data: Mapping[str, Any]) -> Any:
+def config_from_json(cls: type, data: Mapping[str, Any]) -> Any:
     """The Config saved in a run's ``config.json`` (JSON lists become tuples again)."""
     values = {}
     for field in dataclasses.fields(cls.Config):

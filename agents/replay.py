@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from fedrec.federation.messages import PrivacyViolation
+
 
 class ReplayBuffer:
     """Ring buffer of ``(s, A, clicked_slot, r, s', terminated, A')`` for a vector env of B users.
@@ -118,3 +120,42 @@ class ReplayBuffer:
             full = np.zeros((self.capacity, *value.shape[1:]), dtype=value.dtype)
             full[: len(value)] = value
             self.arrays[key] = full
+
+
+class PlatformReplay:
+    """A platform's own ring buffer. A platform without feedback stores no reward and no click."""
+
+    def __init__(self, capacity: int, *, feedback: bool) -> None:
+        self.capacity, self.feedback = int(capacity), feedback
+        self.size = 0
+        self.cursor = 0
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def add(self, **batch: np.ndarray) -> None:
+        if not self.feedback and ({"reward", "clicked_slot"} & set(batch)):
+            raise PrivacyViolation("a platform without feedback cannot store rewards or clicks")
+        if not self.arrays:
+            self.arrays = {
+                k: np.zeros((self.capacity, *np.shape(v)[1:]), dtype=np.asarray(v).dtype)
+                for k, v in batch.items()
+            }
+        count = len(next(iter(batch.values())))
+        index = (self.cursor + np.arange(count)) % self.capacity
+        for key, value in batch.items():
+            self.arrays[key][index] = value
+        self.cursor = int((self.cursor + count) % self.capacity)
+        self.size = min(self.size + count, self.capacity)
+
+    def take(self, index: np.ndarray) -> dict[str, np.ndarray]:
+        return {key: value[index] for key, value in self.arrays.items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "size": self.size,
+            "cursor": self.cursor,
+            "arrays": {k: v.copy() for k, v in self.arrays.items()},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.size, self.cursor = int(state["size"]), int(state["cursor"])
+        self.arrays = {k: np.array(v) for k, v in state["arrays"].items()}

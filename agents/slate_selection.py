@@ -1,4 +1,4 @@
-"""SlateQ slate optimisation (spec §1.4): top-k, greedy and optimal slates, batched over users.
+"""SlateQ slate optimisation: top-k, greedy and optimal slates, batched over users.
 
 Under SlateQ's conditional-logit choice model a user shown slate B clicks item i with probability
 v_i / (v_null + Σ_{j∈B} v_j) and clicks nothing (the null item, valued 0) otherwise, so the slate's
@@ -13,9 +13,10 @@ decreasing v_i q_i within the slate (slot order carries no meaning for W). Every
 exactly k items, as RecSim and our environments always show k; see :func:`lp_optimal_slates` for the
 "≤ k" versus "= k" question.
 
-Methods: ``topk`` (largest v_i q_i; unbounded approximation ratio), ``greedy`` (spec's greedy; not
-submodular, so no guarantee either), ``optimal`` (exact: the Charnes–Cooper LP solved per user with
-HiGHS, or Dinkelbach's method from :mod:`fedrec.agents.assortment`, vectorised and much faster).
+Methods (described in ``docs/slateq.md``, "Slate optimisation"): ``topk`` (largest v_i q_i;
+unbounded approximation ratio), ``greedy`` (SlateQ's greedy; not submodular, so no guarantee
+either), ``optimal`` (exact: the Charnes–Cooper LP solved per user with HiGHS, or Dinkelbach's
+method from :mod:`fedrec.agents.assortment`, vectorised and much faster).
 :func:`enumerate_optimal_slates` is the brute-force reference for tests.
 """
 
@@ -138,7 +139,7 @@ def _greedy_fill(
     chosen: np.ndarray,
     steps: int,
 ) -> np.ndarray:
-    """Run ``steps`` rounds of the spec's greedy from the sets ``chosen`` (B, N) bool; updates it.
+    """Run ``steps`` rounds of SlateQ's greedy from the sets ``chosen`` (B, N) bool; updates it.
 
     Each round adds argmax_{i allowed, ∉B} (num + v_i q_i) / (den + v_i) (first index on ties),
     i.e. the item that most increases (or least decreases) W. Vectorised over users.
@@ -165,7 +166,8 @@ def greedy_slates(
     *,
     mask: np.ndarray | None = None,
 ) -> np.ndarray:
-    """SlateQ's greedy slate (GS, spec §1.4): k rounds adding the item maximising the running W.
+    """SlateQ's greedy slate (GS, ``docs/slateq.md``, "Slate optimisation"): k rounds adding the
+    item maximising the running W.
 
     Starts from B = ∅, num = 0, den = v_null; each round picks i* = argmax_{i∉B} (num + v_i q_i) /
     (den + v_i) (lowest index on ties) and updates num, den. With negative q this still adds k items
@@ -229,7 +231,7 @@ def lp_optimal_slates(
     on_fractional: Literal["dinkelbach", "raise"] = "dinkelbach",
     return_sizes: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-    """The slate maximising W(s, B), via the spec's Charnes–Cooper LP solved per user with HiGHS.
+    """The slate maximising W(s, B), via the Charnes–Cooper LP solved per user with HiGHS.
 
     With t = 1 / (v_null + Σ_j x_j v_j) and y_i = x_i t the 0/1 fractional programme relaxes to the
     LP: max Σ v_i q_i y_i s.t. v_null t + Σ v_i y_i = 1, 0 ≤ y_i ≤ t, Σ y_i (= or ≤) k t; then
@@ -245,7 +247,7 @@ def lp_optimal_slates(
     exactly k distinct items, so the default ``exactly_k=True`` solves the "= k" LP (the exact
     optimum over k-sets; with negative q it shows the k least harmful items). ``exactly_k=False``
     solves "≤ k" and, to still return k items, puts the LP's m ≤ k items first (by decreasing
-    v_i q_i) and fills the other k - m slots greedily with the items that least reduce W (spec's
+    v_i q_i) and fills the other k - m slots greedily with the items that least reduce W (SlateQ's
     greedy step); the padded slate is a feasible k-set, so its W is at most the "= k" optimum, which
     is at most the "≤ k" optimum. ``return_sizes=True`` also returns m per user.
 
@@ -378,7 +380,7 @@ def select_slates(
 ) -> np.ndarray:
     """Dispatch to the slate optimiser named by ``method`` ("topk", "greedy" or "optimal").
 
-    ``solver`` picks the exact method for "optimal": "lp" (the spec's LP, one HiGHS solve per user)
+    ``solver`` picks the exact method for "optimal": "lp" (the Charnes–Cooper LP, one HiGHS solve per user)
     or "dinkelbach" (vectorised; same optimal value, typically far faster).
     """
     if method == "topk":

@@ -22,7 +22,8 @@ import statistics
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from fedrec.experiments.fedslate import METHOD_SPECS, SETTINGS, env_for
+from fedrec.agents.registry import MULTI_PLATFORM_AGENTS
+from fedrec.experiments.fedslate import SETTINGS, env_for
 from fedrec.train.multi_platform import MultiPlatformTrainConfig, train_multi_platform
 
 RUN_EPISODES = 5_000
@@ -31,14 +32,13 @@ RUN_EPISODES = 5_000
 def time_run(setting: str, method: str, *, episodes: int, seed: int) -> float:
     """Training seconds of ``episodes`` episodes (learning from the first transition)."""
     env_kwargs = next(iter(SETTINGS[setting].envs.values()))
-    agent_method, overrides = METHOD_SPECS[method]
     config = MultiPlatformTrainConfig(
-        method=agent_method,
+        method=method,
         episodes=episodes,
         num_users=16,
         seed=seed,
         env_kwargs=env_for(method, env_kwargs),
-        agent_kwargs={**overrides, "learning_starts": 0},
+        agent_kwargs={"learning_starts": 0},
         eval_episodes=0,
         planner=False,
         progress=False,
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     unknown = [s for s in args.settings if s not in SETTINGS] + [
-        m for m in args.methods if m not in METHOD_SPECS or m == "random"
+        m for m in args.methods if m not in MULTI_PLATFORM_AGENTS or m == "random"
     ]
     if unknown:
         parser.error(f"unknown settings or methods: {unknown}")

@@ -17,6 +17,7 @@ from fedrec.envs.choc_kale_model import (
     Semantics,
 )
 from fedrec.envs.slates import SlateSpace, validate_slates
+from fedrec.envs.state import StateReader, generator_state
 
 Observation = dict[str, np.ndarray]
 
@@ -121,6 +122,12 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
     ## Vectorized environment
     ``gymnasium.make_vec(id, num_envs=B)`` returns the native
     :class:`fedrec.envs.choc_kale_vector.ChocKaleVectorEnv` (all users in one NumPy operation).
+
+    ## Saving and restoring
+    ``state_dict()`` returns everything that changes while the env runs (the generator state,
+    the user's exposure and budget, candidates, response history) as plain data, and
+    ``load_state_dict(state)`` restores it into an env built with the same arguments, so a
+    resumed run continues bit-for-bit (see :mod:`fedrec.envs.state`; no pickling).
 
     ## Reproduces
     RecSim ``long_term_satisfaction`` (google-research/recsim 55e50e4) by default; the FedSlate
@@ -239,6 +246,64 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
         self._needs_reset = terminated
         self._last = (slate, slot, reward)
         return self._observation(), reward, terminated, False, self._info(clicked_slot=slot)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that changes while the env runs, as plain data (see :mod:`fedrec.envs.state`)."""
+        last = None
+        if self._last is not None:
+            slate, slot, reward = self._last
+            last = [int(item) for item in slate], int(slot), float(reward)
+        return {
+            "np_random": generator_state(self._np_random),
+            "np_random_seed": self._np_random_seed,
+            "exposure": float(self._exposure),
+            "budget": int(self._budget),
+            "documents": self._documents.copy(),
+            "click_history": self._click_history.copy(),
+            "engagement_history": self._engagement_history.copy(),
+            "last": last,
+            "needs_reset": bool(self._needs_reset),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` into an env built with the same arguments.
+
+        The whole state is checked first (``ValueError`` naming the problem; nothing changes).
+        """
+        p = self.params
+        read = StateReader(state, type(self).__name__)
+        rng = read.generator()
+        seed = read.seed()
+        exposure = read.float("exposure")
+        budget = read.int("budget", low=0, high=p.time_budget)
+        documents = read.array(
+            "documents", (p.num_candidates,), np.float32, hint=f"num_candidates={p.num_candidates}"
+        )
+        h, n = p.history_length, p.slate_size
+        hint = f"history_length={h}, slate_size={n}"
+        click_history = read.array("click_history", (h, n), np.float32, hint=hint)
+        engagement_history = read.array("engagement_history", (h, n), np.float32, hint=hint)
+        last = read.raw("last")
+        needs_reset = read.bool("needs_reset")
+        read.finish()
+        if last is not None:
+            try:
+                slate, slot, reward = last
+                last = [int(item) for item in slate], int(slot), float(reward)
+            except (TypeError, ValueError) as error:
+                raise read.fail(
+                    "last", f"must be None or (slate, slot, reward): {error}"
+                ) from error
+            if len(last[0]) != n or not -1 <= last[1] < n:
+                raise read.fail("last", f"does not fit slate_size={n}: {state['last']!r}")
+        self._np_random, self._np_random_seed = rng, seed
+        self._exposure = exposure
+        self._budget = budget
+        self._documents = documents
+        self._click_history = click_history
+        self._engagement_history = engagement_history
+        self._last = last
+        self._needs_reset = needs_reset
 
     def _checked_slate(self, action: Any) -> list[int]:
         """The slate as a list of ints; any fault is reported by :func:`validate_slates`."""

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from fedrec.envs.choc_kale_model import ChocKaleModel, ChocKaleParams
+from fedrec.envs.state import StateReader
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,49 @@ class ChocKaleSimulator:
             self.documents[platform, users] = self.model.sample_documents(rng, count)
         if self.shared_catalogue:
             self.documents[1:, users] = self.documents[0, users]
+
+    def state_dict(self) -> dict[str, Any]:
+        """The users' state as plain data (copies): exposure, budget, candidates, histories."""
+        return {
+            "exposure": self.exposure.copy(),
+            "budget": self.budget.copy(),
+            "documents": self.documents.copy(),
+            "click_history": self.click_history.copy(),
+            "engagement_history": self.engagement_history.copy(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` of a simulator with the same users, platforms and params.
+
+        Every array is checked (shape, dtype) before anything changes; ``ValueError`` otherwise.
+        """
+        read = StateReader(state, "ChocKaleSimulator")
+        b, k, p = self.num_users, self.num_platforms, self.params
+        n, h = p.slate_size, p.history_length
+        users = f"num_users={b}"
+        grid = f"num_platforms={k}, num_users={b}"
+        exposure = read.array("exposure", (b,), np.float64, hint=users)
+        budget = read.array("budget", (b,), np.int64, hint=users)
+        documents = read.array(
+            "documents",
+            (k, b, p.num_candidates),
+            np.float32,
+            hint=f"{grid}, num_candidates={p.num_candidates}",
+        )
+        histories = {
+            key: read.array(
+                key, (k, b, h, n), np.float32, hint=f"{grid}, history_length={h}, slate_size={n}"
+            )
+            for key in ("click_history", "engagement_history")
+        }
+        read.finish()
+        if budget.min() < 0 or budget.max() > p.time_budget:
+            raise read.fail("budget", f"must lie in [0, time_budget={p.time_budget}]")
+        self.exposure = exposure
+        self.budget = budget
+        self.documents = documents
+        self.click_history = histories["click_history"]
+        self.engagement_history = histories["engagement_history"]
 
     def satisfaction(self) -> np.ndarray:
         """Current true satisfaction of every user."""

@@ -12,6 +12,7 @@ from fedrec.envs.choc_kale import Observation, observation_space
 from fedrec.envs.choc_kale_model import make_params
 from fedrec.envs.choc_kale_sim import ChocKaleSimulator
 from fedrec.envs.slates import SlateBatchSpace, SlateSpace, validate_slates
+from fedrec.envs.state import StateReader, generator_state
 from fedrec.envs.vector_utils import (
     check_vector_args,
     parse_autoreset_mode,
@@ -33,6 +34,10 @@ class ChocKaleVectorEnv(VectorEnv):
     :param max_episode_steps: optional truncation (``gymnasium.make_vec`` passes the spec's value);
         episodes otherwise end by termination when the time budget is spent.
     :param kwargs: any :class:`~fedrec.envs.choc_kale_model.ChocKaleParams` field.
+
+    ``state_dict()`` / ``load_state_dict(state)`` save and restore the generator, every user's
+    state (through the simulator's own methods), step counters and autoreset flags as plain data
+    (see :mod:`fedrec.envs.state`), for an exact resume without pickling.
     """
 
     metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -128,6 +133,37 @@ class ChocKaleVectorEnv(VectorEnv):
             self._autoreset = done
         obs = sim.observation(self.np_random)
         return obs, rewards, terminated, truncated, info
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that changes while the env runs, as plain data (see :mod:`fedrec.envs.state`)."""
+        return {
+            "np_random": generator_state(self._np_random),
+            "np_random_seed": self._np_random_seed,
+            "simulator": self._sim.state_dict(),
+            "steps": self._steps.copy(),
+            "autoreset": self._autoreset.copy(),
+            "started": bool(self._started),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` into an env built with the same arguments.
+
+        The whole state is checked first (``ValueError`` naming the problem; nothing changes).
+        """
+        read = StateReader(state, type(self).__name__)
+        hint = f"num_envs={self.num_envs}"
+        rng = read.generator()
+        seed = read.seed()
+        simulator = read.dict("simulator")
+        steps = read.array("steps", (self.num_envs,), np.int64, hint=hint)
+        autoreset = read.array("autoreset", (self.num_envs,), bool, hint=hint)
+        started = read.bool("started")
+        read.finish()
+        self._sim.load_state_dict(simulator)  # checks before it changes anything
+        self._np_random, self._np_random_seed = rng, seed
+        self._steps = steps
+        self._autoreset = autoreset
+        self._started = started
 
     def _info(self, clicked_slot: np.ndarray) -> dict[str, Any]:
         info = self._sim.oracle_state()

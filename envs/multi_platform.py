@@ -20,6 +20,7 @@ from fedrec.envs.choc_kale import FEDSLATE_KWARGS, Observation, observation_spac
 from fedrec.envs.choc_kale_model import ChocKaleParams, make_params
 from fedrec.envs.choc_kale_sim import ChocKaleSimulator
 from fedrec.envs.slates import SlateSpace, validate_slates
+from fedrec.envs.state import StateReader, generator_state
 
 RewardMode = Literal["individual", "team", "sparse_team"]
 #: Steps each platform gets in the FedSlate code (a shared budget of 122 for two platforms).
@@ -44,6 +45,10 @@ class ChocKaleMultiPlatformBatchEnv:
     Platforms without feedback get no response in their observation, reward 0 and no click in
     their info; their true engagement is kept apart and read only through
     :meth:`evaluation_engagement`, which a training loop must not hand to a learner.
+
+    :meth:`state_dict` / :meth:`load_state_dict` save and restore the generator, the users'
+    state, the episode's engagement, pending team reward and cycle count as plain data (see
+    :mod:`fedrec.envs.state`), for an exact resume without pickling.
     """
 
     def __init__(
@@ -190,6 +195,40 @@ class ChocKaleMultiPlatformBatchEnv:
         """Ground-truth user state (exposure, satisfaction, visits left) for reference policies."""
         return self._sim.oracle_state()
 
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that changes while the env runs, as plain data (see :mod:`fedrec.envs.state`)."""
+        return {
+            "np_random": generator_state(self._np_random),
+            "simulator": self._sim.state_dict(),
+            "episode_engagement": self._episode_engagement.copy(),
+            "pending_team": self._pending_team.copy(),
+            "cycles": int(self._cycles),
+            "running": bool(self._running),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` into an env built with the same arguments.
+
+        The whole state is checked first (``ValueError`` naming the problem; nothing changes).
+        """
+        read = StateReader(state, type(self).__name__)
+        k, b = self.num_platforms, self.num_users
+        rng = read.generator()
+        simulator = read.dict("simulator")
+        engagement = read.array(
+            "episode_engagement", (k, b), np.float64, hint=f"num_platforms={k}, num_users={b}"
+        )
+        pending = read.array("pending_team", (b,), np.float64, hint=f"num_users={b}")
+        cycles = read.int("cycles", low=0)
+        running = read.bool("running")
+        read.finish()
+        self._sim.load_state_dict(simulator)  # checks before it changes anything
+        self._np_random = rng
+        self._episode_engagement = engagement
+        self._pending_team = pending
+        self._cycles = cycles
+        self._running = running
+
     # -- internals --------------------------------------------------------------------------
     def _validate(self, actions: dict[str, Any]) -> dict[str, np.ndarray]:
         if not isinstance(actions, dict):
@@ -304,6 +343,12 @@ class ChocKaleMultiPlatformEnv(ParallelEnv):
     ## Batched version
     :class:`ChocKaleMultiPlatformBatchEnv` runs B users with the same semantics.
 
+    ## Saving and restoring
+    ``state_dict()`` returns everything that changes while the env runs (generator, user state,
+    candidates, histories, episode bookkeeping, live agents) as plain data, and
+    ``load_state_dict(state)`` restores it into an env built with the same arguments, so a
+    resumed run continues bit-for-bit (see :mod:`fedrec.envs.state`; no pickling).
+
     ## Reproduces
     The two-platform environment of the FedSlate code (TianYaDY/FedSlate 9df49d8), with distinct
     candidate streams per platform by default (the code's basic runs shared one catalogue seed:
@@ -373,6 +418,24 @@ class ChocKaleMultiPlatformEnv(ParallelEnv):
             {agent: bool(value[0]) for agent, value in truncations.items()},
             _first_info(infos),
         )
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that changes while the env runs, as plain data (see :mod:`fedrec.envs.state`)."""
+        return {"batch": self.batch.state_dict(), "agents": list(self.agents)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` into an env built with the same arguments.
+
+        The whole state is checked first (``ValueError`` naming the problem; nothing changes).
+        """
+        read = StateReader(state, type(self).__name__)
+        batch = read.dict("batch")
+        agents = read.raw("agents")
+        read.finish()
+        if not isinstance(agents, list | tuple) or list(agents) not in ([], self.possible_agents):
+            raise read.fail("agents", f"must be [] or {self.possible_agents}, got {agents!r}")
+        self.batch.load_state_dict(batch)  # checks before it changes anything
+        self.agents = list(agents)
 
     def evaluation_engagement(self) -> dict[str, float]:
         """True engagement per platform this episode (evaluation only; see the batched class)."""

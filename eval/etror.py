@@ -46,7 +46,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
-from scipy import stats
+
+from fedrec.eval.stats import column_mean_ci, mean_ci, welch_ci
 
 REQUIRED_COLUMNS = ("episode", "step", "length")
 #: The config keys that define an experiment; runs that differ only elsewhere (seed) are seeds.
@@ -95,11 +96,8 @@ def t_interval(values: ArrayLike, *, confidence: float = 0.95) -> Estimate:
     n, missing = len(finite), len(array) - len(finite)
     if n == 0:
         return Estimate(math.nan, math.nan, 0, missing)
-    mean = float(finite.mean())
-    if n < 2:
-        return Estimate(mean, math.nan, n, missing)
-    sem = float(finite.std(ddof=1)) / math.sqrt(n)
-    return Estimate(mean, float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sem, n, missing)
+    mean, half_width = mean_ci(finite, confidence)
+    return Estimate(mean, half_width, n, missing)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,10 +236,7 @@ def regret(
         estimate = t_interval(p - a, confidence=confidence)
         return Estimate(planner.mean - agent.mean, estimate.half_width), "paired"
     if p is not None and a is not None and len(p) > 1 and len(a) > 1:
-        vp, va = np.var(p, ddof=1) / len(p), np.var(a, ddof=1) / len(a)
-        se = math.sqrt(vp + va)
-        dof = (vp + va) ** 2 / (vp**2 / (len(p) - 1) + va**2 / (len(a) - 1)) if se > 0 else 1.0
-        half = float(stats.t.ppf(0.5 + confidence / 2, dof)) * se
+        half = welch_ci(p, a, confidence)[1]
         return Estimate(planner.mean - agent.mean, half), "welch"
     half = math.hypot(planner.half_width, agent.half_width)
     return Estimate(planner.mean - agent.mean, half), "quadrature"
@@ -283,7 +278,8 @@ class RunLog:
 
     @property
     def agent(self) -> str:
-        return str(self.config["agent"])
+        """The agent's name: a built-in name, or the class of ``module:Class`` / ``file.py:Class``."""
+        return str(self.config["agent"]).rpartition(":")[2]
 
     @property
     def env_id(self) -> str:
@@ -497,6 +493,9 @@ class SeriesSummary:
     band: str
     #: final greedy eval - random, paired on held-out episodes per seed, then across seeds
     gain_over_random: Estimate | None = None
+    #: every episode return and final-evaluation value of the series lies in [0, 1]: a rate such
+    #: as HR@10 on a leave-one-out evaluation env (tables print it with 4 decimals, not 1)
+    unit_interval: bool = False
 
     @property
     def planner(self) -> Estimate | None:
@@ -542,6 +541,21 @@ def _seed_estimate(estimates: Sequence[Estimate], *, confidence: float) -> Estim
     return t_interval([e.mean for e in estimates], confidence=confidence)
 
 
+def in_unit_interval(runs: Sequence[RunLog], series: str) -> bool:
+    """Whether every value of ``series`` in ``runs`` lies in [0, 1]: all episode returns and every
+    final-evaluation mean and return (HR@K, NDCG@K, click rates rather than summed rewards)."""
+    values = [run.returns(series) for run in runs if series in run.series]
+    for run in runs:
+        final = run.final(series)
+        for policy in (final.agent, *final.references.values()):
+            if policy is not None:
+                values.append(np.asarray([policy.mean]))
+                if policy.returns is not None:
+                    values.append(policy.returns)
+    finite = np.concatenate([v[np.isfinite(v)] for v in values] or [np.zeros(0)])
+    return len(finite) > 0 and bool(((finite >= 0) & (finite <= 1)).all())
+
+
 def mean_curve(
     curves: Sequence[tuple[np.ndarray, np.ndarray]], *, confidence: float = 0.95
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]:
@@ -555,12 +569,7 @@ def mean_curve(
     table = np.full((len(curves), len(episodes)), np.nan)
     for row, (x, y) in enumerate(curves):
         table[row, np.searchsorted(episodes, x)] = y
-    count = np.isfinite(table).sum(axis=0)
-    safe = np.maximum(count, 1)
-    mean = np.where(np.isfinite(table), table, 0.0).sum(axis=0) / safe
-    squares = np.where(np.isfinite(table), (table - mean) ** 2, 0.0).sum(axis=0)
-    std = np.sqrt(squares / np.maximum(count - 1, 1))
-    half = stats.t.ppf(0.5 + confidence / 2, np.maximum(count - 1, 1)) * std / np.sqrt(safe)
+    mean, half, count = column_mean_ci(table, confidence)
     low, high = mean.copy(), mean.copy()
     ci = count >= 3
     low[ci], high[ci] = mean[ci] - half[ci], mean[ci] + half[ci]
@@ -675,6 +684,7 @@ def aggregate(
                 curve_high=high,
                 band=band,
                 gain_over_random=_seed_estimate(gains, confidence=confidence),
+                unit_interval=in_unit_interval(having, series),
             )
         summaries.append(GroupSummary(key, labels[key], members, per_series))
     return summaries

@@ -1,14 +1,14 @@
 """The FedSlate paper's reported numbers, as data, so tables can print "paper" columns beside ours.
 
-Source: the FedSlate paper's results as transcribed in ``/work/shared/specs/slateq_fedslate.md``
-section 2.9 ("FedSlate paper numbers [paper]"). The paper's metrics (section 2.8 of the spec) are the
-maximum of a 20-episode-logged, 100-episode moving average of training returns ("optimal reward")
-and the first logged episode at which that curve reaches it (ETROR); see ``docs/metrics.md``.
+Source: the FedSlate paper's results, listed in ``docs/fedslate.md``, "The paper's reported
+numbers". The paper's metrics (same section) are the maximum of a 20-episode-logged, 100-episode
+moving average of training returns ("optimal reward") and the first logged episode at which that
+curve reaches it (ETROR); ``docs/metrics.md`` defines how fedrec computes them.
 
 Settings are written ``"NxN_slate"``: ``"100x10"`` is N=100 candidates and slates of n=10. Platform
 ``"alpha"`` is the platform with feedback (our ``platform_a``), ``"beta"`` the one without
 (``platform_b``). A ``setting`` or ``platform`` of ``None`` means the paper does not tie the number
-to one (or the transcription does not say which).
+to one (or does not say which).
 
 Matching (:func:`paper_reference`): a number applies to a run's return series when its algorithm
 is the run's agent (lower case, a trailing ``Agent`` dropped: ``SlateQAgent`` is ``slateq``) (``"random"`` numbers apply to every agent), its scenario is the requested one
@@ -25,7 +25,7 @@ from typing import Literal
 Metric = Literal["etror", "optimal_reward", "random_mean", "mean_reward"]
 
 #: Where the numbers come from (printed under tables that show them).
-SOURCE = "FedSlate paper, as transcribed in shared/specs/slateq_fedslate.md §2.9"
+SOURCE = "the FedSlate paper, as listed in docs/fedslate.md ('The paper's reported numbers')"
 
 #: The (N, n) settings the paper reports, as ``"NxN_slate"``.
 SETTINGS = ("10x3", "100x10", "500x10")
@@ -57,7 +57,7 @@ class PaperNumber:
 
 
 FEDSLATE_PAPER: tuple[PaperNumber, ...] = (
-    # ETROR (episodes, lower is better); the platform is not stated in the transcription.
+    # ETROR (episodes, lower is better); the platform is not stated.
     PaperNumber("etror", "slateq", 3400, setting="100x10"),
     PaperNumber("etror", "fedslate", 2340, setting="100x10"),
     PaperNumber("etror", "slateq", 2020, setting="500x10"),

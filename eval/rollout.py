@@ -8,10 +8,10 @@ from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
-from scipy import stats
 
 from fedrec.agents.base import SlateAgent
 from fedrec.envs.multi_platform import ChocKaleMultiPlatformBatchEnv
+from fedrec.eval.stats import mean_ci
 
 
 @dataclass(frozen=True)
@@ -27,12 +27,8 @@ class ReturnSummary:
 
     @property
     def half_width(self) -> float:
-        """Half-width of the confidence interval of the mean."""
-        n = len(self.returns)
-        if n < 2:
-            return float("nan")
-        sem = float(np.std(self.returns, ddof=1)) / np.sqrt(n)
-        return float(stats.t.ppf(0.5 + self.confidence / 2, n - 1) * sem)
+        """Half-width of the confidence interval of the mean (``nan`` for fewer than 2 returns)."""
+        return mean_ci(self.returns, self.confidence)[1]
 
     def __str__(self) -> str:
         return f"{self.mean:.1f} ± {self.half_width:.1f}"

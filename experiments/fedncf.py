@@ -13,7 +13,9 @@ NDCG@10 comes from the logged-data environment's evaluation mode. It prints, sid
 
 It writes convergence plots (HR@10 per global round) and ``results.json`` into ``--out``. Every
 run is cached there as JSON under ``runs/`` keyed by its configuration, so an interrupted bench
-resumes and several invocations (e.g. one per aggregator) can fill one folder.
+resumes and several invocations (e.g. one per aggregator) can fill one folder; a federated run
+also checkpoints into its run directory beside the JSON, so a run killed midway resumes exactly
+where it stopped.
 """
 
 from __future__ import annotations
@@ -122,8 +124,14 @@ def _federated_job(spec: dict[str, Any]) -> dict[str, Any]:
         seed=spec["seed"],
         client_optimizer=spec.get("client_optimizer", "fresh"),
     )
+    run_dir = spec.get("run_dir")
     result = train_federated(
-        dataset=spec["dataset"], data_dir=spec["data_dir"], config=config, progress=spec["progress"]
+        dataset=spec["dataset"],
+        data_dir=spec["data_dir"],
+        config=config,
+        progress=spec["progress"],
+        out_dir=run_dir,
+        resume=run_dir is not None and (Path(run_dir) / "config.json").is_file(),
     )
     samples = np.asarray(result.client_samples, dtype=np.float64)
     return {
@@ -167,7 +175,7 @@ def _run_job(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cache_path(out: Path, spec: dict[str, Any]) -> Path:
-    key = {k: v for k, v in spec.items() if k != "progress"}
+    key = {k: v for k, v in spec.items() if k not in ("progress", "run_dir")}
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
     name = f"{spec['kind']}-{spec['model']}-{spec.get('aggregator', 'central')}-s{spec['seed']}"
     if "client_optimizer" in spec:
@@ -216,6 +224,8 @@ def run_all(
             log(f"cached: {path.name}")
             _add(results, record)
         else:
+            if spec["kind"] == "federated":  # checkpointed: a killed bench resumes the run
+                spec["run_dir"] = str(path.with_suffix(""))
             todo.append((spec, path))
 
     def finish(record: dict[str, Any], path: Path) -> None:
@@ -383,16 +393,11 @@ def secagg_timing(config: BenchFedNCFConfig) -> dict[str, dict[str, float]]:
 
 
 def mean_ci(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and half-width of the 95% t-interval (0 for a single value)."""
-    from scipy.stats import t
+    """Mean and half-width of the 95% t-interval (:func:`fedrec.eval.stats.mean_ci`; the
+    half-width is NaN for a single value, and such a cell prints the mean alone)."""
+    from fedrec.eval.stats import mean_ci as t_mean_ci  # scipy.stats: imported when needed
 
-    values = list(values)
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, 0.0
-    return mean, float(
-        t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-    )
+    return t_mean_ci(list(values), 0.95)
 
 
 def summarise(
@@ -436,7 +441,9 @@ def _fmt(pair: tuple[float, float] | list[float] | None, digits: int = 4) -> str
     if pair is None:
         return "–"
     mean, half = pair
-    return f"{mean:.{digits}f} ± {half:.{digits}f}" if half else f"{mean:.{digits}f}"
+    if not half or math.isnan(half):  # one seed: no interval (results.json of old runs has 0)
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {half:.{digits}f}"
 
 
 def render(summary: dict, console: Any | None = None) -> None:

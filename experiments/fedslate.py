@@ -22,26 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fedrec.agents.registry import MULTI_PLATFORM_AGENTS, resolve_multi_platform_agent
+from fedrec.cli_train import env_kwarg
 from fedrec.registration import LONG_TERM_KWARGS
-
-_ITEMWISE_RELU = {"local_network": "itemwise", "local_hidden": (64, 32), "local_activation": "relu"}
-
-#: method name on the command line -> (agent method, FedSlateConfig overrides)
-METHOD_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
-    "slateq": ("slateq", {}),
-    "fedslate": ("fedslate", {}),
-    "fedslate_exp": ("fedslate_exp", {}),
-    "fedq": ("fedq", {}),
-    "random": ("random", {}),
-    "fedslate_linear": ("fedslate", {"global_network": "linear"}),
-    # Labelled deviations from the paper (docs/fedslate.md, "Diagnosis"): item-wise local nets.
-    "slateq_itemwise": ("slateq", {"local_network": "itemwise"}),
-    "fedslate_itemwise": ("fedslate", {"local_network": "itemwise"}),
-    # ... and a pass-through (residual) F; small ReLU item-wise nets (64-32, SlateQ's widths).
-    "fedslate_residual": ("fedslate", {"global_network": "residual"}),
-    "slateq_itemwise_relu": ("slateq", _ITEMWISE_RELU),
-    "fedslate_itemwise_residual": ("fedslate", {**_ITEMWISE_RELU, "global_network": "residual"}),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,12 +89,22 @@ SETTINGS: dict[str, Setting] = {
 }
 
 
+def _presets(method: str) -> dict[str, Any]:
+    spec = MULTI_PLATFORM_AGENTS.get(method)
+    return dict(spec.presets) if spec is not None else {}
+
+
 def env_for(method: str, env_kwargs: dict[str, Any]) -> dict[str, Any]:
     """The env kwargs a method runs with: FedSlate(exp) gets feedback on every platform."""
     kwargs = dict(env_kwargs)
-    if METHOD_SPECS[method][0] == "fedslate_exp":
+    if _presets(method).get("method") == "fedslate_exp":
         kwargs["feedback"] = [True] * int(kwargs.get("num_platforms", 2))
     return kwargs
+
+
+def method_label(method: str) -> str:
+    """A method's name in tables: the built-in name, or the class name of ``path.py:Class``."""
+    return method if method in MULTI_PLATFORM_AGENTS else method.rpartition(":")[2]
 
 
 def run_dirs(
@@ -128,6 +121,7 @@ def run_dirs(
     resume: bool = False,
     progress: bool = True,
     agent_kwargs: dict[str, Any] | None = None,
+    env_overrides: dict[str, Any] | None = None,
     log: Any = print,
 ) -> list[Path]:
     """Train every (env variant, method, seed) of ``setting``; returns the run directories."""
@@ -135,17 +129,20 @@ def run_dirs(
 
     spec = SETTINGS[setting]
     paths = []
-    for suffix, env_kwargs in spec.envs.items():
+    for suffix, setting_kwargs in spec.envs.items():
+        env_kwargs = {**setting_kwargs, **(env_overrides or {})}
         for method in methods or spec.methods:
-            agent_method, overrides = METHOD_SPECS[method]
-            label = method + (f" [{suffix}]" if suffix else "")
-            if agent_method == "fedslate_exp":
+            name = method_label(method)
+            label = name + (f" [{suffix}]" if suffix else "")
+            if _presets(method).get("method") == "fedslate_exp":
                 label += " (all feedback)"
             for seed in range(first_seed, first_seed + seeds):
-                path = out / "-".join(x for x in (suffix, method) if x) / f"seed{seed}"
-                extra = {} if agent_method == "random" else {**overrides, **(agent_kwargs or {})}
+                path = out / "-".join(x for x in (suffix, name) if x) / f"seed{seed}"
+                # The shared overrides (e.g. the demo's short schedule) apply to the built-in
+                # FedSlate-family methods; a user's method keeps its own Config.
+                extra = dict(agent_kwargs or {}) if "method" in _presets(method) else {}
                 config = MultiPlatformTrainConfig(
-                    method=agent_method,
+                    method=method,
                     episodes=episodes,
                     num_users=num_users,
                     seed=seed,
@@ -203,14 +200,21 @@ def add_parser(bench_subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--methods",
         nargs="+",
-        choices=tuple(METHOD_SPECS),
         default=None,
-        help="methods to run (default: the setting's)",
+        metavar="METHOD",
+        help="methods to run (default: the setting's): built-in names ("
+        + ", ".join(MULTI_PLATFORM_AGENTS)
+        + ") or module:Class / path/to/file.py:Class of your own MultiPlatformAgent",
     )
     parser.add_argument("--out", type=Path, default=None, help="default results/fedslate/SETTING")
     parser.add_argument("--num-users", type=int, default=16, help="users simulated in parallel")
     parser.add_argument("--eval-episodes", type=int, default=500, help="held-out episodes")
     parser.add_argument("--no-planner", action="store_true", help="skip the joint planner")
+    parser.add_argument(
+        "--env-kwarg", action="append", type=env_kwarg, default=[], metavar="KEY=VALUE",
+        help="override the setting's env keyword arguments, repeatable "
+        "(e.g. --env-kwarg shared_catalogue=True)",
+    )  # fmt: skip
     parser.add_argument("--resume", action="store_true", help="continue existing runs")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(handler=run)
@@ -219,6 +223,8 @@ def add_parser(bench_subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.seeds < 1 or args.episodes < 1 or args.first_seed < 0:
         raise SystemExit("--seeds and --episodes must be >= 1 and --first-seed >= 0")
+    for method in args.methods or ():
+        resolve_multi_platform_agent(method)  # an unknown name or a bad class fails before training
     out = args.out or Path("results") / "fedslate" / args.setting
     paths = run_dirs(
         args.setting,
@@ -232,5 +238,6 @@ def run(args: argparse.Namespace) -> int:
         planner=not args.no_planner,
         resume=args.resume,
         progress=not args.no_progress,
+        env_overrides=dict(args.env_kwarg),
     )
     return print_table(paths, args.setting, plot=out / "learning_curves.png")

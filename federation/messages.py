@@ -21,7 +21,8 @@ not a plain ndarray, or a kind that is not a :class:`MessageKind`, raises :class
 a payload of the wrong shape, dtype or with NaN/inf raises :class:`InvalidMessage`. Q-value
 gradients have the shape of Q values and reveal no more than them (which item was clicked, as any
 split-learning gradient does); TD labels are the one quantity derived from a reward that the
-protocol sends (spec 2.4: a platform without feedback learns from the feedback platform's label).
+protocol sends (a platform without feedback learns from the feedback platform's label: see
+``docs/fedslate.md``, "Protocol, in words").
 """
 
 from __future__ import annotations

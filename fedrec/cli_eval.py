@@ -21,6 +21,14 @@ from fedrec.eval.etror import Estimate, GroupSummary, aggregate, find_runs, load
 from fedrec.eval.paper_numbers import SETTINGS, SOURCE, paper_reference, setting_of
 
 PAPER_CHOICES = ("auto", "none", *SETTINGS)
+#: Decimals of returns (summed engagement, O(1000)) and of rates in [0, 1] (HR@10, NDCG@10).
+RETURN_DIGITS, RATE_DIGITS = 1, 4
+#: Printed under a table with per-platform series (docs/metrics.md, "Regret").
+PLATFORM_REGRET_NOTE = (
+    "per-platform regret can be negative: the joint planner maximises the user's total "
+    "engagement over all platforms, not each platform's own return, so an agent that serves "
+    "one platform greedily can beat it there."
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -30,8 +38,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Summarise training run directories: per group of seeds and return series, "
         "ETROR (episodes to reach the optimal reward), the paper-style optimal reward (max of "
         "the logged moving average; biased upwards), the plateau (mean of the curve's last "
-        "20%%), the final greedy evaluation, the planner and random means and the regret, as "
-        "mean ± 95%% t-interval across seeds. Writes a learning-curve PNG. "
+        "20%), the final greedy evaluation, the planner and random means and the regret, as "
+        "mean ± 95% t-interval across seeds. Writes a learning-curve PNG. "
         "Definitions: docs/metrics.md.",
     )
     parser.add_argument(
@@ -135,12 +143,15 @@ def run(args: argparse.Namespace) -> int:
     cell_rows = []
     for group, name, summary, paper in rows:
         etror = {"digits": 0, "unit": "reached"}
+        # Returns keep one decimal; a rate in [0, 1] (HR@10, NDCG@10 of an evaluation env) gets 4.
+        value = {"digits": RATE_DIGITS if summary.unit_interval else RETURN_DIGITS}
         cells = [group.label, name, str(summary.seeds)]
         cells += [_cell(summary.etror, **etror), _cell(summary.etror_plateau, **etror)]
         cells += [_cell(summary.etror_target, **etror)] if show_target else []
-        cells += [_cell(summary.optimal_reward), _cell(summary.plateau), _cell(summary.final)]
-        cells += [_cell(summary.planner), _cell(summary.regret), _cell(summary.random)]
-        gain = _cell(summary.gain_over_random)
+        cells += [_cell(summary.optimal_reward, **value), _cell(summary.plateau, **value)]
+        cells += [_cell(summary.final, **value), _cell(summary.planner, **value)]
+        cells += [_cell(summary.regret, **value), _cell(summary.random, **value)]
+        gain = _cell(summary.gain_over_random, **value)
         cells += [
             ("+" + gain) if summary.gain_over_random and summary.gain_over_random.mean > 0 else gain
         ]
@@ -158,6 +169,8 @@ def run(args: argparse.Namespace) -> int:
         "regret = planner - agent; vs random = agent - random, paired on the same held-out "
         "episodes. One seed: final-eval CIs are over held-out episodes."
     ]
+    if any(name.startswith("return/") and summary.regret for _, name, summary, _ in rows):
+        notes.append(PLATFORM_REGRET_NOTE)
     if show_paper:
         notes.append(f"paper: {SOURCE} (scenario {args.scenario}).")
     short = [

@@ -1,8 +1,11 @@
 """``fedrec train AGENT --env ID ...``: train any agent on any registered env, with resume.
 
-The agent's hyperparameters become options generated from its ``Config`` dataclass, so
-``fedrec train slateq --help`` lists SlateQ's, and an agent in a researcher's own file
-(``fedrec train my_agent.py:MyAgent``) gets its options the same way.
+One command path for every agent: on a Gymnasium env AGENT is a single-platform slate agent
+(:class:`fedrec.train.loop.SlateTrainer`), on the multi-platform env a multi-platform agent
+(:class:`fedrec.train.multi_platform.MultiPlatformTrainer`); both write the same run directory
+and read back with ``fedrec eval``. The agent's hyperparameters become options generated from
+its ``Config`` dataclass, so ``fedrec train slateq --help`` lists SlateQ's, and an agent in a
+researcher's own file (``fedrec train my_agent.py:MyAgent``) gets its options the same way.
 """
 
 from __future__ import annotations
@@ -16,20 +19,34 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from fedrec.agents.registry import AGENTS, config_from_json, make_config, resolve_agent
+from fedrec.agents.registry import (
+    AGENTS,
+    MULTI_PLATFORM_AGENTS,
+    config_from_json,
+    is_multi_platform_agent,
+    make_config,
+    resolve_agent,
+    resolve_multi_platform_agent,
+)
 
 DESCRIPTION = """Train AGENT on a registered environment and write the run directory
-(config.json, episodes.csv, checkpoint.pt, final_eval.json). AGENT is a built-in name
-({names}) or module:Class or path/to/file.py:Class. `fedrec train AGENT --help` lists the
-agent's hyperparameters; read runs with `fedrec eval RUN_DIR...`."""
+(config.json, episodes.csv, checkpoint.pt, final_eval.json). AGENT is a built-in name or
+module:Class or path/to/file.py:Class: on a Gymnasium env a single-platform agent ({names}), on
+fedrec/ChocKaleMultiPlatform-v0 a multi-platform one ({multi}). `fedrec train AGENT --env ID
+--help` lists the agent's hyperparameters; read runs with `fedrec eval RUN_DIR...`."""
+
+
+def _description() -> str:
+    return DESCRIPTION.format(names=", ".join(AGENTS), multi=", ".join(MULTI_PLATFORM_AGENTS))
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "train",
         help="train an agent on an environment (resumable)",
-        description=DESCRIPTION.format(names=", ".join(AGENTS)),
+        description=_description(),
         add_help=False,
+        prefix_chars="+",  # every option goes to the agent-specific parser, --help included
     )
     parser.add_argument("agent", nargs="?", metavar="AGENT")
     parser.add_argument("options", nargs=argparse.REMAINDER)
@@ -43,7 +60,7 @@ def _parse_value(text: str) -> Any:
         return text
 
 
-def _env_kwarg(text: str) -> tuple[str, Any]:
+def env_kwarg(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
@@ -63,11 +80,14 @@ def _field_type(field: dataclasses.Field, hints: dict[str, Any]) -> tuple[Any, d
     return hint, {}
 
 
-def build_parser(agent_cls: type | None, agent_name: str | None) -> argparse.ArgumentParser:
-    """The full ``fedrec train`` parser: run options plus the agent's hyperparameters."""
+def build_parser(
+    agent_cls: type | None, agent_name: str | None, *, presets: tuple[str, ...] = ()
+) -> argparse.ArgumentParser:
+    """The full ``fedrec train`` parser: run options plus the agent's hyperparameters (without
+    the ones a built-in name presets)."""
     parser = argparse.ArgumentParser(
         prog=f"fedrec train {agent_name or 'AGENT'}",
-        description=DESCRIPTION.format(names=", ".join(AGENTS)),
+        description=_description(),
     )
     run = parser.add_argument_group("run")
     run.add_argument(
@@ -77,7 +97,10 @@ def build_parser(agent_cls: type | None, agent_name: str | None) -> argparse.Arg
     length.add_argument("--episodes", type=int, help="training episodes (default 5000)")
     length.add_argument("--steps", type=int, help="or training transitions (user-steps)")
     run.add_argument(
-        "--num-envs", type=int, default=16, help="users simulated in parallel (default 16)"
+        "--num-envs",
+        type=int,
+        default=16,
+        help="users simulated in parallel (default 16; on the multi-platform env: users)",
     )
     run.add_argument("--seed", type=int, default=0, help="seed of env and agent (default 0)")
     run.add_argument("--out", type=Path, help="run directory (default runs/AGENT-ENV-seedS)")
@@ -98,7 +121,7 @@ def build_parser(agent_cls: type | None, agent_name: str | None) -> argparse.Arg
         "--no-references", action="store_true", help="skip evaluating random/myopic/planner"
     )
     run.add_argument(
-        "--env-kwarg", action="append", type=_env_kwarg, default=[], metavar="KEY=VALUE",
+        "--env-kwarg", action="append", type=env_kwarg, default=[], metavar="KEY=VALUE",
         help="env keyword argument, repeatable, e.g. --env-kwarg num_candidates=100",
     )  # fmt: skip
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -106,6 +129,8 @@ def build_parser(agent_cls: type | None, agent_name: str | None) -> argparse.Arg
         group = parser.add_argument_group(f"{agent_name} hyperparameters")
         hints = typing.get_type_hints(agent_cls.Config)
         for field in dataclasses.fields(agent_cls.Config):
+            if field.name in presets:
+                continue
             kind, extra = _field_type(field, hints)
             default = field.default
             text = field.metadata.get("help", "")
@@ -123,31 +148,49 @@ def build_parser(agent_cls: type | None, agent_name: str | None) -> argparse.Arg
     return parser
 
 
+def _env_option(options: list[str]) -> str | None:
+    probe = argparse.ArgumentParser(add_help=False)
+    probe.add_argument("--env")
+    known, _ = probe.parse_known_args(options)
+    return known.env
+
+
 def run(args: argparse.Namespace) -> int:
-    from fedrec.train.loop import TrainConfig, train
+    from fedrec.registration import is_multi_platform
 
     options = list(args.options)
     if args.agent is None or args.agent in ("-h", "--help"):
         build_parser(None, None).print_help()
         return 0 if args.agent else 2
-    agent_cls = resolve_agent(args.agent)
-    parsed = build_parser(agent_cls, args.agent).parse_args(options)
+    env_id = _env_option(options)
+    multi = is_multi_platform(env_id) if env_id else is_multi_platform_agent(args.agent)
+    presets: dict[str, Any] = {}
+    if multi:
+        agent_cls, presets = resolve_multi_platform_agent(args.agent)
+    else:
+        agent_cls = resolve_agent(args.agent)
+    parsed = build_parser(agent_cls, args.agent, presets=tuple(presets)).parse_args(options)
     overrides = {
         name[3:]: value
         for name, value in vars(parsed).items()
         if name.startswith("hp_") and value is not None
     }
     overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
-    env_kwargs = dict(parsed.env_kwarg)
     env_tag = parsed.env.split("/")[-1]
-    out = (
-        parsed.out
-        or Path("runs") / f"{Path(args.agent).stem.split(':')[-1]}-{env_tag}-seed{parsed.seed}"
-    )
-    agent_config = make_config(agent_cls, overrides)
+    agent_tag = args.agent.rpartition(":")[2]  # a built-in name, or the class of a path
+    out = parsed.out or Path("runs") / f"{agent_tag}-{env_tag}-seed{parsed.seed}"
+    agent_config = make_config(agent_cls, {**presets, **overrides})
     if parsed.resume and not overrides and (out / "config.json").is_file():
         saved = json.loads((out / "config.json").read_text())
         agent_config = config_from_json(agent_cls, saved.get("agent_config") or {})
+    if multi:
+        return _train_multi_platform(args.agent, agent_cls, agent_config, parsed, out)
+    return _train_slate(args.agent, agent_cls, agent_config, parsed, out)
+
+
+def _train_slate(name: str, agent_cls: type, agent_config: Any, parsed: Any, out: Path) -> int:
+    from fedrec.train.loop import TrainConfig, train
+
     episodes = parsed.episodes if parsed.episodes is not None or parsed.steps else 5000
     config = TrainConfig(
         env_id=parsed.env,
@@ -155,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
         steps=parsed.steps,
         num_envs=parsed.num_envs,
         seed=parsed.seed,
-        env_kwargs=env_kwargs,
+        env_kwargs=dict(parsed.env_kwarg),
         checkpoint_every=parsed.checkpoint_every,
         eval_episodes=parsed.eval_episodes,
         references=not parsed.no_references,
@@ -166,11 +209,7 @@ def run(args: argparse.Namespace) -> int:
         return agent_cls.from_env(env, config=agent_config, seed=parsed.seed)
 
     result = train(
-        factory,
-        config=config,
-        out_dir=out,
-        resume=parsed.resume,
-        run_info={"agent": args.agent},
+        factory, config=config, out_dir=out, resume=parsed.resume, run_info={"agent": name}
     )
     returns = result.returns
     print(
@@ -179,9 +218,49 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stdout,
     )
     if result.final_eval is not None:
-        for name, summary in result.final_eval["policies"].items():
+        for policy, summary in result.final_eval["policies"].items():
             print(
-                f"  greedy evaluation, {name:8s} {summary['mean']:8.1f} ± {summary['half_width']:.1f}"
+                f"  greedy evaluation, {policy:8s} {summary['mean']:8.1f} ± {summary['half_width']:.1f}"
             )
+    print(f"run written to {out}; read it with: fedrec eval {out}")
+    return 0
+
+
+def _train_multi_platform(
+    name: str, agent_cls: type, agent_config: Any, parsed: Any, out: Path
+) -> int:
+    from fedrec.train.multi_platform import MultiPlatformTrainConfig, train_multi_platform
+
+    if parsed.steps is not None:
+        raise ValueError("--steps: multi-platform runs are measured in episodes (use --episodes)")
+    config = MultiPlatformTrainConfig(
+        method=name,
+        episodes=parsed.episodes if parsed.episodes is not None else 5000,
+        num_users=parsed.num_envs,
+        seed=parsed.seed,
+        env_kwargs=dict(parsed.env_kwarg),
+        checkpoint_every=parsed.checkpoint_every,
+        eval_episodes=parsed.eval_episodes,
+        planner=not parsed.no_references,
+        progress=not parsed.no_progress,
+        env_id=parsed.env,
+    )
+
+    def factory(env: Any) -> Any:
+        return agent_cls.from_env(env, config=agent_config, seed=parsed.seed)
+
+    result = train_multi_platform(config, out_dir=out, resume=parsed.resume, agent=factory)
+    episodes = len(next(iter(result.returns.values())))
+    means = ", ".join(f"{p} {v[-100:].mean():.1f}" for p, v in result.returns.items())
+    print(
+        f"{episodes} episodes, {result.steps} steps in {result.wall_time:.1f} s; "
+        f"mean return of the last 100: {means}"
+    )
+    if result.final_eval is not None:
+        for policy, platforms in result.final_eval["policies"].items():
+            cells = ", ".join(
+                f"{p} {s['mean']:.1f} ± {s['half_width']:.1f}" for p, s in platforms.items()
+            )
+            print(f"  greedy evaluation, {policy:8s} {cells}")
     print(f"run written to {out}; read it with: fedrec eval {out}")
     return 0

@@ -50,6 +50,7 @@ CHOC_KALE_ENVIRONMENTS: tuple[EnvEntry, ...] = (
         id="fedrec/ChocKaleMultiPlatform-v0",
         api="pettingzoo",
         entry_point="fedrec.envs.multi_platform:ChocKaleMultiPlatformEnv",
+        vector_entry_point="fedrec.envs.multi_platform:ChocKaleMultiPlatformBatchEnv",
         description="One user, K platforms (A with feedback, B without), shared state and budget.",
     ),
 )
@@ -82,3 +83,28 @@ def register_all() -> None:
 def environment_ids(api: str | None = None) -> list[str]:
     """Registered ids, optionally only those of one API ('gymnasium' or 'pettingzoo')."""
     return [entry.id for entry in ENVIRONMENTS if api is None or entry.api == api]
+
+
+def entry_of(env_id: str) -> EnvEntry:
+    """The registry row of ``env_id`` (a clear error naming the known ids otherwise)."""
+    for entry in ENVIRONMENTS:
+        if entry.id == env_id:
+            return entry
+    known = ", ".join(environment_ids())
+    raise ValueError(f"unknown environment {env_id!r}; fedrec registers {known}")
+
+
+def is_multi_platform(env_id: str) -> bool:
+    """True for the PettingZoo (multi-platform) ids, False for Gymnasium and unknown ids."""
+    return any(entry.id == env_id and entry.api == "pettingzoo" for entry in ENVIRONMENTS)
+
+
+def batched_entry_point(env_id: str) -> Any:
+    """The batched class of a multi-platform id (``cls(num_users, **kwargs)``)."""
+    import importlib
+
+    entry = entry_of(env_id)
+    if entry.api != "pettingzoo" or entry.vector_entry_point is None:
+        raise ValueError(f"{env_id} is not a multi-platform environment with a batched version")
+    module, _, name = entry.vector_entry_point.partition(":")
+    return getattr(importlib.import_module(module), name)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from fedrec.cli import main
+from fedrec.eval import stats
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -131,3 +132,77 @@ def test_eval_errors_exit_2_naming_the_file(
     assert "missing column(s) return or return/<platform>" in err
     assert main(["eval", str(tmp_path / "nope")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_eval_help_has_no_doubled_percent_signs(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "%%" not in out
+    assert "20%)" in out and "95% t-interval" in out
+
+
+def test_rates_in_unit_interval_print_with_four_decimals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A leave-one-out evaluation env returns the hit (0/1): HR@10 needs 4 decimals, not 1."""
+    rng = np.random.default_rng(2)
+    config = {
+        "agent": "popularity",
+        "env_id": "fedrec/MovieLens100K-v0",
+        "env_kwargs": {"mode": "evaluation"},
+    }
+    for seed, (agent, random) in enumerate(((0.3966, 0.0988), (0.4123, 0.1021))):
+        hits = (rng.random(300) < agent).astype(float)
+        final = {
+            "episodes": 943,
+            "seed": 1000000,
+            "policies": {
+                "agent": {"mean": agent, "half_width": 0.0312},
+                "random": {"mean": random, "half_width": 0.0191},
+            },
+        }
+        _write_run(
+            tmp_path / "hr" / f"seed{seed}", {"return": hits}, {**config, "seed": seed}, final
+        )
+    assert main(["eval", str(tmp_path / "hr"), "--no-plot", "--paper", "none"]) == 0
+    out = capsys.readouterr().out
+    for values in ((0.3966, 0.4123), (0.0988, 0.1021)):  # final greedy eval, random
+        mean, half = stats.mean_ci(values)  # across the 2 seeds
+        assert f"{mean:.4f} ± {half:.4f}" in out
+    assert "+0.3040 ± 0.0788" in out  # vs random
+    assert " 0.4 ± " not in out and " 0.1 ± " not in out
+
+
+def test_returns_keep_one_decimal(runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["eval", str(runs / "slateq-0"), "--no-plot", "--paper", "none"]) == 0
+    out = capsys.readouterr().out
+    assert "1100.0 ± " in out and "1100.0000" not in out
+
+
+def test_multi_platform_table_explains_negative_per_platform_regret(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fedrec.cli_eval import PLATFORM_REGRET_NOTE
+
+    rng = np.random.default_rng(3)
+    columns = {f"return/platform_{p}": 1000 + 160 * rng.standard_normal(200) for p in "ab"}
+    config = {"agent": "slateq", "env_id": "fedrec/ChocKaleMultiPlatform-v0", "seed": 0}
+    policies = {
+        "agent": {"platform_a": {"mean": 1015.8}, "platform_b": {"mean": 912.8}},
+        "planner": {"platform_a": {"mean": 1010.0}, "platform_b": {"mean": 1027.6}},
+    }
+    final = {"episodes": 200, "seed": 1000000, "policies": policies}
+    _write_run(tmp_path / "mp" / "seed0", columns, config, final)
+    assert main(["eval", str(tmp_path / "mp"), "--no-plot", "--paper", "none"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "-5.8" in out  # platform A's regret is negative
+    assert " ".join(PLATFORM_REGRET_NOTE.split()) in out
+
+
+def test_single_platform_table_has_no_platform_regret_note(
+    runs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["eval", str(runs / "slateq-0"), "--no-plot", "--paper", "none"]) == 0
+    assert "per-platform regret" not in capsys.readouterr().out

@@ -3,9 +3,11 @@
 RecSim's own environment (``recsim-no-tf``, a test-only dependency) and fedrec's env are rolled
 out with the same policies at (N, n) = (10, 3), and their mean episode returns are compared with
 Welch's two-sample t-test; each side is also compared with a reference computed here from the
-equations of spec part A (section D gives the random-policy value, 948.37).
+equations of RecSim's library env in ``docs/choc_kale.md`` ("RecSim's library env (A)"; its
+"Random-policy reference values" gives the random-policy value, 948.37).
 
-Policies (the return depends only on what the policy puts in slot 0, spec A.4):
+Policies (the return depends only on what the policy puts in slot 0: ``docs/choc_kale.md``,
+"Choice: slot 0"):
 
 - ``random``: a uniformly random slate. Slot 0 is a U(0, 1) document; E[return] = 948.37.
 - ``max``: the "max clickbait" policy, candidates by decreasing feature (slot 0 ~ Beta(N, 1)).
@@ -90,7 +92,8 @@ def slot0_density(policy: str, c: np.ndarray, n: int = NUM_CANDIDATES) -> np.nda
 def reference_return(
     policy: str, *, exposure_sign: float = -1.0, clip: float | None = None
 ) -> float:
-    """Expected episode return from the spec-A equations (library defaults), by quadrature.
+    """Expected episode return from the library env's equations (``docs/choc_kale.md``, "RecSim's
+    library env (A)"; library defaults), by quadrature.
 
     The mean exposure follows m_{t+1} = beta m_t + sign * 2 (E[c] - 1/2) exactly (linear), and
     the step's expected engagement is taken at sat = sigmoid(tau m_t): E_c[exp((4 + c) sat + 1/2)].
@@ -132,9 +135,10 @@ class Rollouts:
 def rollout_recsim(policy: Policy, episodes: int, seed: int) -> Rollouts:
     """Episodes of RecSim's own env in a plain loop (old gym 4-tuple API).
 
-    RecSim ignores the config seed (spec A.10): its samplers use fixed ``RandomState(0)`` streams
-    that continue across the episodes of one env instance, and the global ``np.random`` drives the
-    Gaussian noise. We seed the global RNG and restore its state afterwards.
+    RecSim ignores the config seed (``docs/choc_kale.md``, "Random number streams"): its
+    samplers use fixed ``RandomState(0)`` streams that continue across the episodes of one env
+    instance, and the global ``np.random`` drives the Gaussian noise. We seed the global RNG and
+    restore its state afterwards.
     """
     saved = np.random.get_state()  # noqa: NPY002  (RecSim draws from the global RNG)
     np.random.seed(seed)  # noqa: NPY002
@@ -267,8 +271,9 @@ def test_mean_return_matches_reference(
     )
 
 
-def test_reference_matches_spec() -> None:
-    # Spec D: 60 e^{2.5} 2 (e^{1/2} - 1) = 948.37 for the random policy (sat frozen at 0.5).
+def test_reference_matches_the_closed_form() -> None:
+    # docs/choc_kale.md, "Random-policy reference values": 60 e^{2.5} 2 (e^{1/2} - 1) = 948.37 for
+    # the random policy (sat frozen at 0.5).
     closed_form = 60 * math.exp(2.5) * 2 * (math.exp(0.5) - 1)
     assert reference_return("random") == pytest.approx(closed_form, abs=0.01)
     assert closed_form == pytest.approx(948.37, abs=0.005)
@@ -306,7 +311,8 @@ def test_reward_unclipped_observation_clipped(
     runs = [run for (who, _), run in rollouts.items() if who == side]
     steps = sum(int(run.lengths.sum()) for run in runs)
     over = sum(run.steps_over_100 for run in runs)
-    # About 1-2 % of step rewards exceed 100 (spec A.8); clipping would make this 0.
+    # About 1-2 % of step rewards exceed 100 (docs/choc_kale.md, "Reward and observation");
+    # clipping would make this 0.
     assert over > 0.002 * steps, f"{side}: only {over} of {steps} step rewards exceed 100"
     assert max(run.max_step_reward for run in runs) > 200.0
     # Only the observed engagement (the response) is clipped to [0, 100].

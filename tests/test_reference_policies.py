@@ -45,7 +45,8 @@ def test_optimal_slates_match_enumeration(with_null: bool) -> None:
 
 
 def test_random_policy_matches_the_closed_form() -> None:
-    """Library env: random slot-0 document, E[return] = 948.7 (spec D; s.d. 163 per episode)."""
+    """Library env: random slot-0 document, E[return] = 948.7 (s.d. 163 per episode; see
+    docs/choc_kale.md, "Random-policy reference values")."""
     summary = evaluate_policy(
         "fedrec/ChocKale-v0", RandomPolicy(slate_size=3, seed=0), episodes=4000, num_envs=2000
     )

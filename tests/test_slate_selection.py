@@ -52,7 +52,7 @@ def assert_valid(slates: np.ndarray, users: int, k: int, n: int, mask=None) -> N
 
 
 def reference_greedy(v, q, v_null, k, mask=None):
-    """Spec §1.4's greedy, one user at a time in plain Python."""
+    """SlateQ's greedy (docs/slateq.md, "Slate optimisation"), one user at a time in plain Python."""
     out = []
     for b in range(v.shape[0]):
         chosen, num, den = [], 0.0, float(v_null[b])

@@ -193,7 +193,7 @@ def test_cli_defaults_to_5000_episodes(tmp_path, capsys):
 
 
 def test_scalars_go_to_tensorboard_when_it_is_installed(tmp_path, monkeypatch):
-    import fedrec.train.loop as loop
+    import fedrec.train.core as core
 
     logged: list[tuple[str, float, int]] = []
 
@@ -204,7 +204,7 @@ def test_scalars_go_to_tensorboard_when_it_is_installed(tmp_path, monkeypatch):
         def close(self):
             logged.append(("closed", 0.0, 0))
 
-    monkeypatch.setattr(loop, "_tensorboard_writer", lambda out: FakeWriter())
+    monkeypatch.setattr(core, "tensorboard_writer", lambda out: FakeWriter())
     result = _run(SlateQAgent, 8, tmp_path / "tb")
     returns = [(value, step) for tag, value, step in logged if tag == "episode/return"]
     assert [value for value, _ in returns] == list(result.returns)

@@ -34,23 +34,24 @@ the stack. :func:`train_round_reference` is the plain per-client loop (an :class
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from fedrec.agents.ncf import NCF, NCFConfig, make_optimizers
 from fedrec.envs.datasets.catalog import load_prepared
 from fedrec.envs.datasets.preprocess import PreparedData, sample_training_negatives
 from fedrec.eval.ranking_metrics import RankingResult
 from fedrec.federation.aggregators import AGGREGATOR_NAMES, ClientUpdates, make_aggregator
+from fedrec.train.core import Trainer, progress_bar
 
 BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
 
@@ -793,6 +794,251 @@ def evaluate_model(
 # Training drivers
 
 
+#: FedNCFConfig fields that set a run's length, not its setup (a finished run can be extended).
+LENGTH_FIELDS = ("global_rounds", "aggregation_rounds", "eval_every")
+#: What defines a FedNCF run: resuming with any of these changed is refused.
+SETUP_KEYS = ("agent", "dataset", "seed", "agent_config")
+
+
+def _setup_config(config: Any) -> dict[str, Any]:
+    values = dataclasses.asdict(config)
+    return {k: v for k, v in values.items() if k not in LENGTH_FIELDS}
+
+
+class FedNCFTrainer(Trainer):
+    """Federated NCF on the training core: one :meth:`step` is one aggregation round.
+
+    The log (``eval.csv``) has one row per evaluation: ``aggregation_round, global_round,
+    hit_rate, ndcg``; a checkpoint holds the private user store, the global item table and
+    network, every client's persistent optimiser state (when kept), the selection RNG and the
+    round's client groups, so a resumed run is bit-for-bit the uninterrupted one.
+    """
+
+    header = ("aggregation_round", "global_round", "hit_rate", "ndcg")
+    row_tag = "eval"
+    unit = "global rounds"
+    log_name = "eval.csv"
+
+    def __init__(
+        self,
+        *,
+        dataset: str,
+        config: FedNCFConfig,
+        data_dir: str | Path | None = None,
+        progress: bool = True,
+        on_eval: Callable[[EvalPoint], None] | None = None,
+        out_dir: str | Path | None = None,
+        resume: bool = False,
+        checkpoint_every: int = 10,
+    ) -> None:
+        self.dataset, self.config, self.data_dir, self.on_eval = dataset, config, data_dir, on_eval
+        data = load_prepared(dataset, data_dir)
+        self.clients = ClientData.of(data)
+        self.num_users, num_items = data.num_users, data.num_items
+        generator = torch.Generator().manual_seed(config.seed)
+        self.model = NCF(
+            config.model, num_users=self.num_users, num_items=num_items, generator=generator
+        )
+        self.user_store = self.model.user_table()  # the clients' private rows (never sent)
+        self.items, self.network = self.model.item_table(), self.model.network_vector()
+        self.aggregator = make_aggregator(config.aggregator)
+        self.selection_rng = np.random.default_rng([config.seed, 1])
+        self.per_global = config.rounds_per_global(self.num_users)
+        self.total_rounds = config.total_aggregation_rounds(self.num_users)
+        self.train_round = (
+            train_round_batched if config.simulation == "batched" else train_round_reference
+        )
+        self.extra: dict[str, Any] = (
+            {"engine": _BatchedNetwork(config.model)} if config.simulation == "batched" else {}
+        )
+        self.optimizer_store: ClientOptimizerStore | None = None
+        if config.client_optimizer == "persistent":
+            self.optimizer_store = ClientOptimizerStore(
+                config.model, num_users=self.num_users, num_items=num_items
+            )
+            self.extra["optimizer_store"] = self.optimizer_store
+        self.rounds_done = 0
+        self.history: list[EvalPoint] = []
+        self.samples: list[int] = []
+        self.aborted = 0
+        self.train_seconds = self.aggregation_seconds = 0.0
+        self.groups: list[np.ndarray] = []
+        run_config = {
+            "agent": f"fed{config.model.model}",
+            "dataset": dataset,
+            "seed": config.seed,
+            "agent_config": _setup_config(config),
+            **{name: getattr(config, name) for name in LENGTH_FIELDS},
+        }
+        super().__init__(
+            run_config=run_config,
+            setup_keys=SETUP_KEYS,
+            out_dir=out_dir,
+            resume=resume,
+            progress=progress,
+            checkpoint_every=checkpoint_every,
+            total=self.total_rounds / self.per_global,
+            config_defaults=_setup_config(FedNCFConfig()),
+        )
+
+    def start(self) -> None:
+        pass  # everything starts from the seeded initialisation built in __init__
+
+    def finished(self) -> bool:
+        return self.rounds_done >= self.total_rounds
+
+    def progress(self) -> float:
+        return self.rounds_done / self.per_global
+
+    def parse_row(self, row: list[str]) -> list[Any]:
+        return [int(row[0]), float(row[1]), float(row[2]), float(row[3])]
+
+    def postfix(self) -> dict[str, str]:
+        last = self.history[-1]
+        return {"hr": f"{last.hit_rate:.4f}", "ndcg": f"{last.ndcg:.4f}"}
+
+    def _evaluate(self, done: int) -> list[Any]:
+        self.model.load_federated(
+            user_table=self.user_store, item_table=self.items, network=self.network
+        )
+        c = self.config
+        result = evaluate_model(
+            self.model, dataset=self.dataset, data_dir=self.data_dir, top_k=c.top_k
+        )
+        point = EvalPoint(
+            done / self.per_global, done, result.hit_rate, result.ndcg, self.train_seconds
+        )
+        self.history.append(point)
+        if self.on_eval is not None:
+            self.on_eval(point)
+        return [done, point.global_round, point.hit_rate, point.ndcg]
+
+    def step(self) -> tuple[list[Any], dict[str, float]]:
+        from fedrec.federation.secagg import SecAggAborted
+
+        c, r, per_global = self.config, self.rounds_done, self.per_global
+        start = time.perf_counter()
+        if r % per_global == 0:
+            self.groups = np.array_split(self.selection_rng.permutation(self.num_users), per_global)
+        users = np.sort(self.groups[r % per_global])
+        round_samples = sample_round(
+            self.clients,
+            users,
+            round_rng(c.seed, r),
+            num_negatives=c.num_negatives,
+            local_epochs=c.local_epochs,
+        )
+        updates, new_rows = self.train_round(
+            c.model,
+            round_samples=round_samples,
+            user_rows=self.user_store[torch.from_numpy(users)],
+            items=self.items,
+            network=self.network,
+            lr=c.lr,
+            batch_size=c.batch_size,
+            **self.extra,
+        )
+        self.user_store[torch.from_numpy(users)] = new_rows
+        self.samples.extend(int(n) for n in updates.num_samples)
+        agg_start = time.perf_counter()
+        try:
+            self.items, self.network = self.aggregator.aggregate(
+                items=self.items, network=self.network, updates=updates
+            )
+        except SecAggAborted:
+            self.aborted += 1
+        now = time.perf_counter()
+        self.aggregation_seconds += now - agg_start
+        self.train_seconds += now - start
+        self.rounds_done = done = r + 1
+        every = c.eval_every
+        end_of_global = done % per_global == 0
+        if done == self.total_rounds or (
+            every and end_of_global and (done // per_global) % every == 0
+        ):
+            return [self._evaluate(done)], {}
+        return [], {}
+
+    def loop_state(self) -> dict[str, Any]:
+        aggregator_rng = getattr(self.aggregator, "rng", None)
+        return {
+            "rounds_done": self.rounds_done,
+            "groups": list(self.groups),
+            "selection_rng": self.selection_rng.bit_generator.state,
+            "aggregator_rng": aggregator_rng.bit_generator.state if aggregator_rng else None,
+            "history": [dataclasses.asdict(p) for p in self.history],
+            "samples": np.asarray(self.samples, dtype=np.int64),
+            "aborted": self.aborted,
+            "train_seconds": self.train_seconds,
+            "aggregation_seconds": self.aggregation_seconds,
+        }
+
+    def load_loop_state(self, state: Mapping[str, Any]) -> None:
+        self.rounds_done = int(state["rounds_done"])
+        self.groups = [np.asarray(g) for g in state["groups"]]
+        self.selection_rng.bit_generator.state = state["selection_rng"]
+        if state["aggregator_rng"] is not None:
+            self.aggregator.rng.bit_generator.state = state["aggregator_rng"]
+        self.history = [EvalPoint(**p) for p in state["history"]]
+        self.samples = [int(n) for n in state["samples"]]
+        self.aborted = int(state["aborted"])
+        self.train_seconds = float(state["train_seconds"])
+        self.aggregation_seconds = float(state["aggregation_seconds"])
+
+    def component_states(self) -> dict[str, Any]:
+        store = self.optimizer_store
+        return {
+            "agent": {
+                "user_store": self.user_store,
+                "items": self.items,
+                "network": self.network,
+                "optimizer_store": None
+                if store is None
+                else {
+                    "steps": store.steps,
+                    "dense_m": store.dense_m,
+                    "dense_v": store.dense_v,
+                    "item_moments": store.item_moments,
+                    "torch_states": {str(k): v for k, v in store.torch_states.items()},
+                },
+            }
+        }
+
+    def load_component_states(self, states: Mapping[str, Any]) -> None:
+        agent = states["agent"]
+        for name in ("user_store", "items", "network"):
+            current, saved = getattr(self, name), agent[name]
+            if tuple(saved.shape) != tuple(current.shape):
+                raise ValueError(
+                    f"checkpoint: {name} has shape {tuple(saved.shape)}, this run's data set "
+                    f"gives {tuple(current.shape)}"
+                )
+        self.user_store, self.items, self.network = (
+            agent["user_store"].clone(),
+            agent["items"].clone(),
+            agent["network"].clone(),
+        )
+        store, saved = self.optimizer_store, agent["optimizer_store"]
+        if store is not None:
+            store.steps = np.array(saved["steps"])
+            store.dense_m = np.array(saved["dense_m"])
+            store.dense_v = np.array(saved["dense_v"])
+            store.item_moments = np.array(saved["item_moments"])
+            store.torch_states = {int(k): v for k, v in saved["torch_states"].items()}
+
+    def evaluate(self) -> dict[str, Any]:
+        final = self.history[-1]
+        return {
+            "hit_rate": final.hit_rate,
+            "ndcg": final.ndcg,
+            "top_k": self.config.top_k,
+            "num_users": self.num_users,
+            "history": [dataclasses.asdict(p) for p in self.history],
+            "aborted_rounds": self.aborted,
+            "aggregation_seconds": self.aggregation_seconds,
+        }
+
+
 def train_federated(
     *,
     dataset: str,
@@ -800,101 +1046,40 @@ def train_federated(
     data_dir: str | Path | None = None,
     progress: bool = True,
     on_eval: Callable[[EvalPoint], None] | None = None,
+    out_dir: str | Path | None = None,
+    resume: bool = False,
+    checkpoint_every: int = 10,
 ) -> TrainResult:
-    """Federated training of ``config.model`` on ``dataset`` (see the module docstring)."""
-    from fedrec.federation.secagg import SecAggAborted
+    """Federated training of ``config.model`` on ``dataset`` (see the module docstring).
 
-    data = load_prepared(dataset, data_dir)
-    clients = ClientData.of(data)
-    num_users, num_items = data.num_users, data.num_items
-    generator = torch.Generator().manual_seed(config.seed)
-    model = NCF(config.model, num_users=num_users, num_items=num_items, generator=generator)
-    user_store = model.user_table()  # the clients' private rows (never sent to the server)
-    items, network = model.item_table(), model.network_vector()
-    aggregator = make_aggregator(config.aggregator)
-    selection_rng = np.random.default_rng([config.seed, 1])
-    per_global = config.rounds_per_global(num_users)
-    total = config.total_aggregation_rounds(num_users)
-    train_round = train_round_batched if config.simulation == "batched" else train_round_reference
-    extra: dict = (
-        {"engine": _BatchedNetwork(config.model)} if config.simulation == "batched" else {}
+    :param out_dir: a run directory (``config.json``, ``eval.csv``, ``checkpoint.pt``,
+        ``final_eval.json``); None keeps everything in memory.
+    :param resume: continue the run in ``out_dir`` exactly where its checkpoint left it.
+    :param checkpoint_every: global rounds between checkpoints (0: only at the end).
+    """
+    trainer = FedNCFTrainer(
+        dataset=dataset,
+        config=config,
+        data_dir=data_dir,
+        progress=progress,
+        on_eval=on_eval,
+        out_dir=out_dir,
+        resume=resume,
+        checkpoint_every=checkpoint_every,
     )
-    if config.client_optimizer == "persistent":
-        extra["optimizer_store"] = ClientOptimizerStore(
-            config.model, num_users=num_users, num_items=num_items
-        )
-
-    history: list[EvalPoint] = []
-    samples: list[int] = []
-    aborted = 0
-    train_seconds = aggregation_seconds = 0.0
-    groups: list[np.ndarray] = []
-    bar = tqdm(
-        total=total / per_global,
-        disable=not progress,
-        desc=f"Fed{config.model.model.upper()} {config.aggregator}",
-        unit="global round",
-        bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} [{elapsed}<{remaining}]{postfix}",
+    trainer.run()
+    trainer.model.load_federated(
+        user_table=trainer.user_store, item_table=trainer.items, network=trainer.network
     )
-
-    def evaluate(done: int) -> None:
-        model.load_federated(user_table=user_store, item_table=items, network=network)
-        result = evaluate_model(model, dataset=dataset, data_dir=data_dir, top_k=config.top_k)
-        point = EvalPoint(done / per_global, done, result.hit_rate, result.ndcg, train_seconds)
-        history.append(point)
-        bar.set_postfix(hr=f"{result.hit_rate:.4f}", ndcg=f"{result.ndcg:.4f}")
-        if on_eval is not None:
-            on_eval(point)
-
-    for r in range(total):
-        start = time.perf_counter()
-        if r % per_global == 0:
-            groups = np.array_split(selection_rng.permutation(num_users), per_global)
-        users = np.sort(groups[r % per_global])
-        round_samples = sample_round(
-            clients,
-            users,
-            round_rng(config.seed, r),
-            num_negatives=config.num_negatives,
-            local_epochs=config.local_epochs,
-        )
-        updates, new_rows = train_round(
-            config.model,
-            round_samples=round_samples,
-            user_rows=user_store[torch.from_numpy(users)],
-            items=items,
-            network=network,
-            lr=config.lr,
-            batch_size=config.batch_size,
-            **extra,
-        )
-        user_store[torch.from_numpy(users)] = new_rows
-        samples.extend(int(n) for n in updates.num_samples)
-        agg_start = time.perf_counter()
-        try:
-            items, network = aggregator.aggregate(items=items, network=network, updates=updates)
-        except SecAggAborted:
-            aborted += 1
-        now = time.perf_counter()
-        aggregation_seconds += now - agg_start
-        train_seconds += now - start
-        bar.update(1 / per_global)
-        done = r + 1
-        end_of_global = done % per_global == 0
-        every = config.eval_every
-        if done == total or (every and end_of_global and (done // per_global) % every == 0):
-            evaluate(done)
-    bar.close()
-    model.load_federated(user_table=user_store, item_table=items, network=network)
-    final = history[-1]
+    final = trainer.history[-1]
     return TrainResult(
-        model=model,
-        history=history,
-        final=RankingResult(final.hit_rate, final.ndcg, num_users, config.top_k),
-        train_seconds=train_seconds,
-        aborted_rounds=aborted,
-        client_samples=samples,
-        aggregation_seconds=aggregation_seconds,
+        model=trainer.model,
+        history=trainer.history,
+        final=RankingResult(final.hit_rate, final.ndcg, trainer.num_users, config.top_k),
+        train_seconds=trainer.train_seconds,
+        aborted_rounds=trainer.aborted,
+        client_samples=trainer.samples,
+        aggregation_seconds=trainer.aggregation_seconds,
     )
 
 
@@ -915,13 +1100,10 @@ def train_centralised(
     rng = np.random.default_rng([config.seed, 2])
     history: list[EvalPoint] = []
     train_seconds = 0.0
-    bar = tqdm(
-        range(config.epochs),
-        disable=not progress,
-        desc=f"central {config.model.model}",
-        unit="epoch",
+    bar = progress_bar(
+        enabled=progress, total=config.epochs, unit="epochs", desc=f"central {config.model.model}"
     )
-    for epoch in bar:
+    for epoch in range(config.epochs):
         start = time.perf_counter()
         epoch_samples = sample_training_negatives(data, rng, config.num_negatives)
         users = torch.from_numpy(epoch_samples.users)
@@ -938,11 +1120,13 @@ def train_centralised(
             for optimizer in optimizers:
                 optimizer.step()
         train_seconds += time.perf_counter() - start
+        bar.update(1)
         done = epoch + 1
         if done == config.epochs or (config.eval_every and done % config.eval_every == 0):
             result = evaluate_model(model, dataset=dataset, data_dir=data_dir, top_k=config.top_k)
             history.append(EvalPoint(done, done, result.hit_rate, result.ndcg, train_seconds))
             bar.set_postfix(hr=f"{result.hit_rate:.4f}", ndcg=f"{result.ndcg:.4f}")
+    bar.close()
     final = history[-1]
     return TrainResult(
         model=model,

@@ -1,13 +1,17 @@
 """One training loop for any slate agent on any registered environment, single or batched.
 
 The loop is flat on purpose (CleanRL style): build the batched env with ``gymnasium.make_vec``,
-then repeat ``explore_batch -> env.step -> learn`` and log every finished episode. A run writes
+then repeat ``explore_batch -> env.step -> learn`` and log every finished episode
+(:meth:`SlateTrainer.step`); the run directory, checkpoints, resume, logs and progress are the
+shared training core's (:mod:`fedrec.train.core`). A run writes
 
 * ``config.json`` -- agent, env, seed and hyperparameters (what ``--resume`` checks against);
 * ``episodes.csv`` -- ``episode,step,return,length``, one row per finished training episode;
 * ``checkpoint.pt`` -- written atomically every ``checkpoint_every`` episodes: the agent's
-  :meth:`state_dict`, the pickled environment (its RNG and users mid-episode) and the loop's own
-  state, so that a resumed run continues bit-for-bit as if never interrupted;
+  :meth:`state_dict`, the environment's state as data (its RNG and users mid-episode, never a
+  pickle) and the loop's own state, so that a resumed run continues bit-for-bit as if never
+  interrupted; it is loaded with ``torch.load(weights_only=True)`` and refused in another run's
+  directory (:mod:`fedrec.train.checkpoint`);
 * ``final_eval.json`` -- the final greedy policy, and on Choc-vs-Kale the random, myopic and
   optimal-planner policies, on the same held-out evaluation episodes.
 
@@ -16,27 +20,23 @@ Read the run with ``fedrec eval RUN_DIR`` (:mod:`fedrec.eval.etror`).
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
-import json
-import pickle
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 from gymnasium.vector import AutoresetMode
 
 from fedrec.agents.base import SlateAgent, Transitions
-from fedrec.agents.registry import json_ready
+from fedrec.envs.state import env_state, load_env_state
 from fedrec.eval.rollout import evaluate_policy
-from fedrec.train.checkpoint import load_checkpoint, save_checkpoint, write_json, write_text
+from fedrec.train.core import CsvLog, Trainer, config_dict, default_config_dict
 
 CSV_HEADER = ("episode", "step", "return", "length")
+#: What defines a run: resuming with any of these changed is refused.
+SETUP_KEYS = ("agent", "env_id", "seed", "num_envs", "env_kwargs", "agent_config")
 #: Evaluation episodes are seeded far from training seeds so they are held out.
 EVAL_SEED_OFFSET = 1_000_000
 
@@ -139,87 +139,169 @@ def _final_next_observations(
     return true_next
 
 
-def _check_resume_config(
-    saved: Mapping[str, Any],
-    current: Mapping[str, Any],
-    path: Path,
-    *,
-    defaults: Mapping[str, Any] | None = None,
-) -> None:
-    """Refuse to resume a different setup. A hyperparameter the saved run predates (added to the
-    agent's Config later) is accepted when it still has its default, which keeps old behaviour."""
-    saved = dict(saved)
-    if defaults and isinstance(saved.get("agent_config"), Mapping):
-        missing = set(defaults) - set(saved["agent_config"])
-        saved["agent_config"] = {**{k: defaults[k] for k in missing}, **saved["agent_config"]}
-    keys = ("agent", "env_id", "seed", "num_envs", "env_kwargs", "agent_config")
-    differ = [k for k in keys if json_ready(saved.get(k)) != json_ready(current.get(k))]
-    if differ:
-        detail = "; ".join(f"{k}: saved {saved.get(k)!r}, now {current.get(k)!r}" for k in differ)
-        raise ValueError(f"--resume: {path} was made with a different setup ({detail})")
+def _plain_info(info: Mapping[str, Any]) -> dict[str, Any]:
+    """The info dict as checkpointable data: SyncVectorEnv's object arrays of final observations
+    are left out (they belong to the step already learned from; agents act on the rest)."""
+    return {
+        key: value
+        for key, value in info.items()
+        if not (isinstance(value, np.ndarray) and value.dtype == object)
+    }
 
 
-class _EpisodeLog:
-    """``episodes.csv``: appended as episodes finish, truncated to the checkpoint on resume."""
+class SlateTrainer(Trainer):
+    """The single-platform loop: ``explore_batch -> env.step -> learn`` on a batched env."""
 
-    def __init__(self, path: Path | None) -> None:
-        self.path = path
-        self.returns: list[float] = []
-        self._file: io.TextIOWrapper | None = None
-        self._writer: Any = None
+    header = CSV_HEADER
+    row_tag = "episode"
 
-    def open(self, rows: list[tuple[int, int, float, int]]) -> None:
-        self.returns = [row[2] for row in rows]
-        if self.path is None:
-            return
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(CSV_HEADER)
-        writer.writerows(rows)
-        write_text(self.path, buffer.getvalue())
-        self._file = self.path.open("a", newline="")
-        self._writer = csv.writer(self._file, lineterminator="\n")
+    def __init__(
+        self,
+        agent: SlateAgent | AgentFactory,
+        *,
+        config: TrainConfig,
+        out_dir: Path | str | None = None,
+        resume: bool = False,
+        run_info: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.env = make_env(config)
+        self.agent = agent if isinstance(agent, SlateAgent) else agent(self.env)
+        run_config = {
+            "env_id": config.env_id,
+            "seed": config.seed,
+            "episodes": config.episodes,
+            "steps": config.steps,
+            "num_envs": config.num_envs,
+            "env_kwargs": dict(config.env_kwargs),
+            "agent": type(self.agent).__name__,
+            "agent_config": config_dict(getattr(self.agent, "config", None)),
+            **dict(run_info or {}),
+        }
+        self.unit = "episodes" if config.episodes is not None else "steps"
+        super().__init__(
+            run_config=run_config,
+            setup_keys=SETUP_KEYS,
+            out_dir=out_dir,
+            resume=resume,
+            progress=config.progress,
+            checkpoint_every=config.checkpoint_every,
+            total=config.episodes if config.episodes is not None else config.steps,
+            torch_threads=config.torch_threads,
+            config_defaults=default_config_dict(type(self.agent).Config),
+        )
+        self.steps_done = 0
+        # Episodes past the target wait in `pending` (checkpointed), so extending a finished
+        # run with --resume logs exactly what one longer run would have.
+        self.pending: list[tuple[int, float, int]] = []
+        self.episodes_logged = 0
+        self.metrics: dict[str, float] = {}
 
-    def add(self, step: int, episode_return: float, length: int) -> None:
-        self.returns.append(episode_return)
-        if self._writer is not None:
-            self._writer.writerow((len(self.returns), step, repr(episode_return), length))
+    def start(self) -> None:
+        n = self.config.num_envs
+        self.obs, self.info = self.env.reset(seed=self.config.seed)
+        self.agent.begin_episodes(np.ones(n, dtype=bool))
+        self.episode_return = np.zeros(n)
+        self.episode_length = np.zeros(n, dtype=np.int64)
 
-    def flush(self) -> None:
-        if self._file is not None:
-            self._file.flush()
+    def _room(self) -> bool:
+        return self.config.episodes is None or self.episodes_logged < self.config.episodes
 
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+    def finished(self) -> bool:
+        if self.config.episodes is not None:
+            return self.episodes_logged >= self.config.episodes
+        return self.steps_done >= self.config.steps
+
+    def progress(self) -> float:
+        return self.episodes_logged if self.config.episodes is not None else self.steps_done
+
+    def _drain(self) -> list[tuple[int, int, float, int]]:
+        rows = []
+        while self.pending and self._room():
+            step, episode_return, length = self.pending.pop(0)
+            self.episodes_logged += 1
+            rows.append((self.episodes_logged, step, episode_return, length))
+        return rows
+
+    def step(self) -> tuple[list[Any], Mapping[str, float]]:
+        rows = self._drain()  # episodes left pending by a finished run that is being extended
+        if rows:
+            return rows, {}
+        agent, env = self.agent, self.env
+        slates = agent.explore_batch(self.obs, infos=self.info)
+        next_obs, rewards, terminated, truncated, next_info = env.step(slates)
+        done = np.asarray(terminated) | np.asarray(truncated)
+        transitions = Transitions(
+            observations=self.obs,
+            slates=np.asarray(slates),
+            rewards=np.asarray(rewards, dtype=np.float64),
+            next_observations=_final_next_observations(next_obs, next_info, done),
+            terminated=np.asarray(terminated),
+            truncated=np.asarray(truncated),
+        )
+        self.metrics = agent.learn(transitions) or self.metrics
+        self.obs, self.info = next_obs, next_info
+        self.steps_done += self.config.num_envs
+        self.episode_return += rewards
+        self.episode_length += 1
+        self.pending += [
+            (self.steps_done, float(self.episode_return[u]), int(self.episode_length[u]))
+            for u in np.flatnonzero(done)
+        ]
+        if done.any():
+            agent.begin_episodes(done)
+        self.episode_return[done] = 0.0
+        self.episode_length[done] = 0
+        return self._drain(), self.metrics
+
+    def parse_row(self, row: list[str]) -> list[Any]:
+        return _parse_episode_row(row)
+
+    def postfix(self) -> dict[str, str]:
+        return _postfix([r[2] for r in self.log.rows[-100:]], self.metrics)
+
+    def loop_state(self) -> dict[str, Any]:
+        return {
+            "obs": dict(self.obs),
+            "info": _plain_info(self.info),
+            "episode_return": self.episode_return,
+            "episode_length": self.episode_length,
+            "steps_done": self.steps_done,
+            "episodes_logged": self.episodes_logged,
+            "pending": [list(p) for p in self.pending],
+            "metrics": dict(self.metrics),
+        }
+
+    def load_loop_state(self, state: Mapping[str, Any]) -> None:
+        self.obs, self.info = dict(state["obs"]), dict(state["info"])
+        self.episode_return = np.array(state["episode_return"], dtype=np.float64)
+        self.episode_length = np.array(state["episode_length"], dtype=np.int64)
+        self.steps_done = int(state["steps_done"])
+        self.episodes_logged = int(state["episodes_logged"])
+        self.pending = [(int(s), float(r), int(n)) for s, r, n in state["pending"]]
+        self.metrics = {k: float(v) for k, v in state["metrics"].items()}
+
+    def component_states(self) -> dict[str, Any]:
+        return {"agent": self.agent.state_dict(), "env": env_state(self.env)}
+
+    def load_component_states(self, states: Mapping[str, Any]) -> None:
+        load_env_state(self.env, states["env"])
+        self.agent.load_state_dict(states["agent"])
+
+    def evaluate(self) -> dict[str, Any] | None:
+        if not self.config.eval_episodes:
+            return None
+        return final_evaluation(self.agent, config=self.config)
 
 
-def read_episodes_csv(path: Path) -> list[tuple[int, int, float, int]]:
-    """Rows of an ``episodes.csv`` (used by resume to keep the rows up to the checkpoint)."""
-    rows = []
-    with path.open(newline="") as file:
-        reader = csv.reader(file)
-        header = next(reader, None)
-        if header is None or tuple(header[:4]) != CSV_HEADER:
-            raise ValueError(f"{path}: expected header {','.join(CSV_HEADER)}, got {header}")
-        for line, row in enumerate(reader, start=2):
-            try:
-                rows.append((int(row[0]), int(row[1]), float(row[2]), int(row[3])))
-            except (ValueError, IndexError) as error:
-                raise ValueError(f"{path}, line {line}: malformed row {row}") from error
-    return rows
+def _parse_episode_row(row: list[str]) -> list[Any]:
+    return [int(row[0]), int(row[1]), float(row[2]), int(row[3])]
 
 
-def _tensorboard_writer(out_dir: Path | None) -> Any:
-    """A TensorBoard SummaryWriter when the ``tensorboard`` package is installed, else None."""
-    if out_dir is None:
-        return None
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:
-        return None
-    return SummaryWriter(log_dir=str(out_dir / "tensorboard"))
+def read_episodes_csv(path: Path | str) -> list[tuple[int, int, float, int]]:
+    """Rows ``(episode, step, return, length)`` of a run's ``episodes.csv``."""
+    rows = CsvLog(Path(path), CSV_HEADER).read(_parse_episode_row)
+    return [tuple(row) for row in rows]
 
 
 def train(
@@ -237,160 +319,12 @@ def train(
     :param run_info: extra entries for ``config.json`` (the CLI records the agent's name and
         hyperparameters here so ``--resume`` and ``fedrec eval`` can read them).
     """
-    torch.set_num_threads(config.torch_threads)
-    out = Path(out_dir) if out_dir is not None else None
-    env = make_env(config)
-    agent = agent if isinstance(agent, SlateAgent) else agent(env)
-    run_config = {
-        "env_id": config.env_id,
-        "seed": config.seed,
-        "episodes": config.episodes,
-        "steps": config.steps,
-        "num_envs": config.num_envs,
-        "env_kwargs": dict(config.env_kwargs),
-        "agent": type(agent).__name__,
-        "agent_config": _config_dict(getattr(agent, "config", None)),
-    }
-    run_config.update(run_info or {})
-    run_config = json_ready(run_config)
-
-    checkpoint_path = out / "checkpoint.pt" if out is not None else None
-    log = _EpisodeLog(out / "episodes.csv" if out is not None else None)
-    state: dict[str, Any] | None = None
-    if resume:
-        if out is None:
-            raise ValueError("--resume needs an output directory")
-        saved_path = out / "config.json"
-        if not saved_path.is_file():
-            raise FileNotFoundError(f"--resume: {saved_path} not found (was the run started?)")
-        _check_resume_config(
-            json.loads(saved_path.read_text()),
-            run_config,
-            saved_path,
-            defaults=json_ready(_config_dict(_default_config(agent))),
-        )
-        if checkpoint_path.is_file():
-            state = load_checkpoint(checkpoint_path)
-    if out is not None:
-        write_json(out / "config.json", run_config)
-
-    if state is not None:
-        env.close()
-        env = pickle.loads(state["env"])
-        agent.load_state_dict(state["agent"])
-        loop = state["loop"]
-        rows = read_episodes_csv(out / "episodes.csv")[: loop["episodes_done"]]
-        if len(rows) != loop["episodes_done"]:
-            raise ValueError(
-                f"{out / 'episodes.csv'} has fewer rows than the checkpoint's episodes"
-            )
-        log.open(rows)
-        obs, info = loop["obs"], loop["info"]
-        episode_return, episode_length = loop["episode_return"], loop["episode_length"]
-        steps_done, elapsed = loop["steps_done"], loop["elapsed"]
-        pending = list(loop["pending"])
-    else:
-        log.open([])
-        obs, info = env.reset(seed=config.seed)
-        agent.begin_episodes(np.ones(config.num_envs, dtype=bool))
-        episode_return = np.zeros(config.num_envs)
-        episode_length = np.zeros(config.num_envs, dtype=np.int64)
-        steps_done, elapsed = 0, 0.0
-        pending: list[tuple[int, float, int]] = []
-
-    def room() -> bool:
-        return config.episodes is None or len(log.returns) < config.episodes
-
-    def finished() -> bool:
-        if config.episodes is not None:
-            return len(log.returns) >= config.episodes
-        return steps_done >= config.steps
-
-    def checkpoint() -> None:
-        if checkpoint_path is None:
-            return
-        log.flush()
-        loop_state = {
-            "obs": obs,
-            "info": info,
-            "episode_return": episode_return,
-            "episode_length": episode_length,
-            "steps_done": steps_done,
-            "episodes_done": len(log.returns),
-            "pending": list(pending),
-            "elapsed": elapsed + time.perf_counter() - start,
-        }
-        save_checkpoint(
-            checkpoint_path,
-            {"loop": loop_state, "env": pickle.dumps(env), "agent": agent.state_dict()},
-        )
-
-    writer = _tensorboard_writer(out)
-    total = config.episodes if config.episodes is not None else config.steps
-    bar = _progress(config.progress, total, "episodes" if config.episodes else "steps")
-    bar.update(len(log.returns) if config.episodes else steps_done)
-    start = time.perf_counter()
-    next_checkpoint = _next_multiple(len(log.returns), config.checkpoint_every)
-    metrics: dict[str, float] = {}
-    try:
-        while pending and room():
-            log.add(*pending.pop(0))
-        while not finished():
-            slates = agent.explore_batch(obs, infos=info)
-            next_obs, rewards, terminated, truncated, next_info = env.step(slates)
-            done = np.asarray(terminated) | np.asarray(truncated)
-            transitions = Transitions(
-                observations=obs,
-                slates=np.asarray(slates),
-                rewards=np.asarray(rewards, dtype=np.float64),
-                next_observations=_final_next_observations(next_obs, next_info, done),
-                terminated=np.asarray(terminated),
-                truncated=np.asarray(truncated),
-            )
-            metrics = agent.learn(transitions) or metrics
-            obs, info = next_obs, next_info
-            steps_done += config.num_envs
-            episode_return += rewards
-            episode_length += 1
-            before = len(log.returns)
-            pending += [
-                (steps_done, float(episode_return[user]), int(episode_length[user]))
-                for user in np.flatnonzero(done)
-            ]
-            # Episodes past the target wait in `pending` (checkpointed), so extending a finished
-            # run with --resume logs exactly what one longer run would have.
-            while pending and room():
-                log.add(*pending.pop(0))
-                if writer is not None:
-                    writer.add_scalar("episode/return", log.returns[-1], len(log.returns))
-            if done.any():
-                agent.begin_episodes(done)
-            episode_return[done] = 0.0
-            episode_length[done] = 0
-            if writer is not None and metrics:
-                for name, value in metrics.items():
-                    writer.add_scalar(f"train/{name}", value, steps_done)
-            bar.update(len(log.returns) - before if config.episodes else config.num_envs)
-            if len(log.returns) > before:
-                bar.set_postfix(_postfix(log.returns, metrics), refresh=False)
-            if next_checkpoint and len(log.returns) >= next_checkpoint and not finished():
-                checkpoint()
-                next_checkpoint = _next_multiple(len(log.returns), config.checkpoint_every)
-        checkpoint()
-    finally:
-        bar.close()
-        log.close()
-        if writer is not None:
-            writer.close()
-    wall_time = elapsed + time.perf_counter() - start
-
-    final_eval = None
-    if config.eval_episodes:
-        final_eval = final_evaluation(agent, config=config)
-        final_eval["train_wall_time_s"] = wall_time
-        if out is not None:
-            write_json(out / "final_eval.json", final_eval)
-    return TrainResult(out, np.asarray(log.returns), steps_done, wall_time, final_eval)
+    trainer = SlateTrainer(agent, config=config, out_dir=out_dir, resume=resume, run_info=run_info)
+    record = trainer.run()
+    returns = np.asarray([row[2] for row in record.rows])
+    return TrainResult(
+        trainer.out, returns, trainer.steps_done, record.wall_time, record.final_eval
+    )
 
 
 def final_evaluation(agent: SlateAgent, *, config: TrainConfig) -> dict[str, Any]:
@@ -427,23 +361,6 @@ def final_evaluation(agent: SlateAgent, *, config: TrainConfig) -> dict[str, Any
     return {"episodes": config.eval_episodes, "seed": seed, "policies": results}
 
 
-def _default_config(agent: SlateAgent) -> Any:
-    try:
-        return type(agent).Config()
-    except TypeError:  # a Config with required fields has no defaults to fill in
-        return None
-
-
-def _config_dict(config: Any) -> dict[str, Any]:
-    if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        return dataclasses.asdict(config)
-    return {}
-
-
-def _next_multiple(value: int, every: int) -> int:
-    return 0 if every <= 0 else (value // every + 1) * every
-
-
 def _postfix(returns: list[float], metrics: Mapping[str, float]) -> dict[str, str]:
     postfix = {"return": f"{np.mean(returns[-100:]):.1f}"}
     if "epsilon" in metrics:
@@ -451,11 +368,3 @@ def _postfix(returns: list[float], metrics: Mapping[str, float]) -> dict[str, st
     if "loss" in metrics:
         postfix["loss"] = f"{metrics['loss']:.3g}"
     return postfix
-
-
-def _progress(enabled: bool, total: int, unit: str) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(
-        total=total, unit=f" {unit}", disable=not enabled, dynamic_ncols=True, smoothing=0.05
-    )

@@ -1,16 +1,21 @@
-"""The multi-platform training loop (FedSlate and baselines) on the batched multi-platform env.
+"""The multi-platform training loop: any multi-platform agent on the batched multi-platform env.
 
-CleanRL-flat: build :class:`~fedrec.envs.multi_platform.ChocKaleMultiPlatformBatchEnv` with U
-users, then repeat ``agent.explore -> env.step -> agent.observe`` until every user's episode ends
-(all users are synchronised), log U episodes, reset. A run directory holds
+CleanRL-flat (:meth:`MultiPlatformTrainer.step`): reset the batched env of U users, repeat
+``agent.explore -> env.step -> agent.observe`` until every user's episode ends (all users are
+synchronised), log U episodes. The run directory, checkpoints, exact resume, logs and progress
+are the shared training core's (:mod:`fedrec.train.core`). The agent is a built-in method
+(``fedslate``, ``fedslate_exp``, ``fedq``, ``slateq``, ``random`` and the labelled variants of
+:data:`fedrec.agents.registry.MULTI_PLATFORM_AGENTS`) or any
+:class:`~fedrec.agents.multi_platform.MultiPlatformAgent` subclass, named ``module:Class`` or
+``path/to/file.py:Class``. A run directory holds
 
 * ``config.json`` -- method (``agent``), env id and kwargs, seed, users, the agent's config;
 * ``episodes.csv`` -- ``episode,step,length,return/platform_a,return/platform_b,...``: each
   platform's *true* engagement in the episode. For a platform without feedback it is read from
   ``env.evaluation_engagement()``, used here **only for logging**: learners get observations,
   the rewards of platforms with feedback, and nothing else;
-* ``checkpoint.pt`` -- atomic, at episode boundaries: the pickled env, the agent's state and the
-  loop's counters; ``resume=True`` continues bit-for-bit;
+* ``checkpoint.pt`` -- atomic, at episode boundaries: the env's and the agent's states as data
+  and the loop's counters; ``resume=True`` continues bit-for-bit;
 * ``final_eval.json`` -- per-platform greedy evaluation of the trained agent on held-out episodes,
   beside random (and the joint optimal planner), as ``{"policies": {"agent": {"platform_a":
   {"mean", "half_width", "returns"}, ..., "total": ...}, "random": ..., "planner": ...}}``, plus
@@ -21,27 +26,25 @@ users, then repeat ``agent.explore -> env.step -> agent.observe`` until every us
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
-import json
-import pickle
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
-from fedrec.agents.fedslate import ALL_METHODS, make_agent
-from fedrec.agents.registry import json_ready
-from fedrec.envs.multi_platform import ChocKaleMultiPlatformBatchEnv
-from fedrec.train.checkpoint import load_checkpoint, save_checkpoint, write_json, write_text
+from fedrec.agents.multi_platform import MultiPlatformAgent
+from fedrec.agents.registry import make_config, resolve_multi_platform_agent
+from fedrec.envs.state import env_state, load_env_state
+from fedrec.train.core import Trainer, config_dict, default_config_dict
 
 ENV_ID = "fedrec/ChocKaleMultiPlatform-v0"
 #: Evaluation episodes are seeded far from training seeds so they are held out.
 EVAL_SEED_OFFSET = 1_000_000
+#: What defines a run: resuming with any of these changed is refused.
+SETUP_KEYS = ("agent", "env_id", "seed", "num_envs", "env_kwargs", "agent_config")
+
+AgentFactory = Callable[[Any], MultiPlatformAgent]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +52,8 @@ class MultiPlatformTrainConfig:
     """What to train, on which multi-platform env, for how long."""
 
     method: str = "fedslate"
-    """fedslate | fedslate_exp | fedq | slateq | random"""
+    """built-in method (fedslate, fedslate_exp, fedq, slateq, random, ...) or module:Class /
+    path/to/file.py:Class of a MultiPlatformAgent"""
     episodes: int = 5000
     """user-episodes to train (logged one row each)"""
     num_users: int = 16
@@ -59,7 +63,7 @@ class MultiPlatformTrainConfig:
     env_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """ChocKaleMultiPlatformBatchEnv kwargs: num_platforms, feedback, reward_mode, N, n, ..."""
     agent_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    """FedSlateConfig overrides (e.g. global_network='linear')"""
+    """the agent's Config overrides (e.g. global_network='linear')"""
     checkpoint_every: int = 500
     """user-episodes between atomic checkpoints (0: only at the end)"""
     eval_episodes: int = 500
@@ -72,10 +76,12 @@ class MultiPlatformTrainConfig:
     """PyTorch intra-op threads"""
     label: str | None = None
     """group label for ``fedrec eval`` (default: grouped by config)"""
+    env_id: str = ENV_ID
+    """registered multi-platform env id"""
 
     def __post_init__(self) -> None:
-        if self.method not in ALL_METHODS:
-            raise ValueError(f"method must be one of {ALL_METHODS}, got {self.method!r}")
+        if not isinstance(self.method, str) or not self.method:
+            raise ValueError(f"method must be a method name or module:Class, got {self.method!r}")
         if self.episodes < 1 or self.num_users < 1:
             raise ValueError("episodes and num_users must be >= 1")
         if self.checkpoint_every < 0 or self.eval_episodes < 0:
@@ -95,28 +101,137 @@ class MultiPlatformResult:
 
 
 def make_env(config: MultiPlatformTrainConfig, num_users: int | None = None) -> Any:
-    return ChocKaleMultiPlatformBatchEnv(num_users or config.num_users, **dict(config.env_kwargs))
+    """The batched multi-platform env of ``config.env_id`` with ``num_users`` users."""
+    from fedrec.registration import batched_entry_point
+
+    build = batched_entry_point(config.env_id)
+    return build(num_users or config.num_users, **dict(config.env_kwargs))
 
 
-def _header(platforms: list[str]) -> list[str]:
-    return ["episode", "step", "length", *[f"return/{p}" for p in platforms]]
+def build_agent(config: MultiPlatformTrainConfig, env: Any) -> MultiPlatformAgent:
+    """The agent named by ``config.method``, with its presets and ``config.agent_kwargs``."""
+    cls, presets = resolve_multi_platform_agent(config.method)
+    agent_config = make_config(cls, {**presets, **dict(config.agent_kwargs)})
+    return cls.from_env(env, config=agent_config, seed=config.seed)
 
 
-def _write_rows(path: Path, header: list[str], rows: list[list[Any]]) -> None:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    write_text(path, buffer.getvalue())
+class MultiPlatformTrainer(Trainer):
+    """The multi-platform loop: one :meth:`step` plays a whole synchronised episode of U users."""
 
+    row_tag = "episode"
 
-def _read_rows(path: Path, header: list[str]) -> list[list[Any]]:
-    with path.open(newline="") as file:
-        reader = csv.reader(file)
-        found = next(reader, None)
-        if found != header:
-            raise ValueError(f"{path}: expected header {','.join(header)}, got {found}")
-        return [[int(r[0]), int(r[1]), int(r[2]), *map(float, r[3:])] for r in reader]
+    def __init__(
+        self,
+        config: MultiPlatformTrainConfig,
+        *,
+        agent: MultiPlatformAgent | AgentFactory | None = None,
+        out_dir: Path | str | None = None,
+        resume: bool = False,
+        run_info: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.env = make_env(config)
+        if agent is None:
+            agent = build_agent(config, self.env)
+        elif not isinstance(agent, MultiPlatformAgent):
+            agent = agent(self.env)
+        if not isinstance(agent, MultiPlatformAgent):
+            raise TypeError(f"{type(agent).__name__} is not a MultiPlatformAgent")
+        self.agent = agent
+        self.platforms = list(self.env.possible_agents)
+        self.header = ("episode", "step", "length", *[f"return/{p}" for p in self.platforms])
+        run_config = {
+            "agent": config.method,
+            "env_id": config.env_id,
+            "seed": config.seed,
+            "episodes": config.episodes,
+            "num_envs": config.num_users,
+            "env_kwargs": dict(config.env_kwargs),
+            "agent_config": config_dict(getattr(agent, "config", None)),
+            "feedback": self.env.feedback,
+            **({"label": config.label} if config.label else {}),
+            **dict(run_info or {}),
+        }
+        super().__init__(
+            run_config=run_config,
+            setup_keys=SETUP_KEYS,
+            out_dir=out_dir,
+            resume=resume,
+            progress=config.progress,
+            checkpoint_every=config.checkpoint_every,
+            total=config.episodes,
+            torch_threads=config.torch_threads,
+            config_defaults=default_config_dict(type(agent).Config),
+        )
+        self.steps = 0
+        self.started = False
+
+    def start(self) -> None:
+        self.steps, self.started = 0, False
+
+    def finished(self) -> bool:
+        return len(self.log.rows) >= self.config.episodes
+
+    def progress(self) -> float:
+        return len(self.log.rows)
+
+    def step(self) -> tuple[list[Any], Mapping[str, float]]:
+        env, agent, platforms, users = self.env, self.agent, self.platforms, self.config.num_users
+        first = platforms[0]
+        obs, _ = env.reset(seed=None if self.started else self.config.seed)
+        self.started = True
+        length, running, metrics = 0, True, {}
+        while running:
+            slates = agent.explore(obs)
+            next_obs, rewards, terminated, truncated, _ = env.step(slates)
+            # The privacy contract: only the feedback platforms' rewards reach the agent.
+            feedback_rewards = {p: rewards[p] for p in platforms if env.feedback[p]}
+            metrics = agent.observe(obs, slates, feedback_rewards, next_obs, terminated[first])
+            metrics = metrics or {}
+            obs = next_obs
+            self.steps += users
+            length += 1
+            running = not (terminated[first].all() or truncated[first].all())
+        # Logging only: true engagement of every platform (never handed to the agent).
+        engagement = env.evaluation_engagement()
+        agent.end_episode(users)
+        done = len(self.log.rows)
+        room = self.config.episodes - done
+        rows = [
+            [done + 1 + user, self.steps, length, *[float(engagement[p][user]) for p in platforms]]
+            for user in range(min(users, room))
+        ]
+        return rows, metrics
+
+    def parse_row(self, row: list[str]) -> list[Any]:
+        return [int(row[0]), int(row[1]), int(row[2]), *map(float, row[3:])]
+
+    def postfix(self) -> dict[str, str]:
+        recent = self.log.rows[-100:]
+        return {
+            p.removeprefix("platform_"): f"{np.mean([r[3 + i] for r in recent]):.0f}"
+            for i, p in enumerate(self.platforms)
+        }
+
+    def loop_state(self) -> dict[str, Any]:
+        return {"steps": self.steps, "started": self.started}
+
+    def load_loop_state(self, state: Mapping[str, Any]) -> None:
+        self.steps, self.started = int(state["steps"]), bool(state["started"])
+
+    def component_states(self) -> dict[str, Any]:
+        return {"agent": self.agent.state_dict(), "env": env_state(self.env)}
+
+    def load_component_states(self, states: Mapping[str, Any]) -> None:
+        load_env_state(self.env, states["env"])
+        self.agent.load_state_dict(states["agent"])
+
+    def evaluate(self) -> dict[str, Any] | None:
+        if not self.config.eval_episodes:
+            return None
+        final_eval = final_evaluation(self.agent, config=self.config)
+        final_eval["traffic_bytes_per_episode"] = self.agent.traffic()
+        return final_eval
 
 
 def train_multi_platform(
@@ -124,136 +239,30 @@ def train_multi_platform(
     *,
     out_dir: Path | str | None = None,
     resume: bool = False,
+    agent: MultiPlatformAgent | AgentFactory | None = None,
+    run_info: Mapping[str, Any] | None = None,
 ) -> MultiPlatformResult:
-    """Train ``config.method`` on the multi-platform env; see the module doc for the files."""
-    torch.set_num_threads(config.torch_threads)
-    out = Path(out_dir) if out_dir is not None else None
-    env = make_env(config)
-    agent = make_agent(config.method, env, seed=config.seed, **dict(config.agent_kwargs))
-    platforms = list(env.possible_agents)
-    agent_config = getattr(agent, "config", None)
-    run_config = json_ready(
-        {
-            "agent": config.method,
-            "env_id": ENV_ID,
-            "seed": config.seed,
-            "episodes": config.episodes,
-            "num_envs": config.num_users,
-            "env_kwargs": dict(config.env_kwargs),
-            "agent_config": dataclasses.asdict(agent_config) if agent_config else {},
-            "feedback": env.feedback,
-            **({"label": config.label} if config.label else {}),
-        }
+    """Train ``config.method`` (or ``agent``) on the multi-platform env; see the module doc.
+
+    :param agent: an agent or ``agent(env)`` factory to train instead of ``config.method``
+        (``config.method`` is then only the name recorded in ``config.json``).
+    """
+    trainer = MultiPlatformTrainer(
+        config, agent=agent, out_dir=out_dir, resume=resume, run_info=run_info
     )
-    header = _header(platforms)
-    checkpoint_path = out / "checkpoint.pt" if out is not None else None
-    rows: list[list[Any]] = []
-    state = None
-    if resume:
-        if out is None or not (out / "config.json").is_file():
-            raise FileNotFoundError(f"--resume: no run at {out}")
-        saved = json.loads((out / "config.json").read_text())
-        keys = ("agent", "seed", "num_envs", "env_kwargs", "agent_config")
-        differ = [k for k in keys if saved.get(k) != run_config.get(k)]
-        if differ:
-            raise ValueError(f"--resume: {out} was made with a different setup ({differ})")
-        if checkpoint_path.is_file():
-            state = load_checkpoint(checkpoint_path)
-    if out is not None:
-        write_json(out / "config.json", run_config)
-
-    if state is not None:
-        env = pickle.loads(state["env"])
-        agent.load_state_dict(state["agent"])
-        loop = state["loop"]
-        rows = _read_rows(out / "episodes.csv", header)[: loop["episodes_done"]]
-        steps, elapsed, started = loop["steps"], loop["elapsed"], loop["started"]
-    else:
-        steps, elapsed, started = 0, 0.0, False
-    if out is not None:
-        _write_rows(out / "episodes.csv", header, rows)
-
-    from tqdm.auto import tqdm
-
-    bar = tqdm(
-        total=config.episodes,
-        initial=len(rows),
-        unit=" episodes",
-        disable=not config.progress,
-        dynamic_ncols=True,
+    record = trainer.run()
+    rows = record.rows
+    returns = {p: np.array([r[3 + i] for r in rows]) for i, p in enumerate(trainer.platforms)}
+    traffic = trainer.agent.traffic()
+    return MultiPlatformResult(
+        trainer.out, returns, trainer.steps, record.wall_time, record.final_eval, traffic
     )
-    start = time.perf_counter()
-    next_checkpoint = _next_multiple(len(rows), config.checkpoint_every)
-    first = platforms[0]
-
-    def checkpoint() -> None:
-        if checkpoint_path is None:
-            return
-        _write_rows(out / "episodes.csv", header, rows)
-        loop_state = {
-            "episodes_done": len(rows),
-            "steps": steps,
-            "elapsed": elapsed + time.perf_counter() - start,
-            "started": True,
-        }
-        save_checkpoint(
-            checkpoint_path,
-            {"loop": loop_state, "env": pickle.dumps(env), "agent": agent.state_dict()},
-        )
-
-    try:
-        while len(rows) < config.episodes:
-            obs, _ = env.reset(seed=None if started else config.seed)
-            started = True
-            length, running = 0, True
-            while running:
-                slates = agent.explore(obs)
-                next_obs, rewards, terminated, truncated, _ = env.step(slates)
-                feedback_rewards = {p: rewards[p] for p in platforms if env.feedback[p]}
-                agent.observe(obs, slates, feedback_rewards, next_obs, terminated[first])
-                obs = next_obs
-                steps += config.num_users
-                length += 1
-                running = not (terminated[first].all() or truncated[first].all())
-            # Logging only: true engagement of every platform (never handed to the agent).
-            engagement = env.evaluation_engagement()
-            agent.end_episode(config.num_users)
-            room = config.episodes - len(rows)
-            for user in range(min(config.num_users, room)):
-                rows.append(
-                    [len(rows) + 1, steps, length] + [float(engagement[p][user]) for p in platforms]
-                )
-            bar.update(min(config.num_users, room))
-            recent = {
-                p[9:]: f"{np.mean([r[3 + i] for r in rows[-100:]]):.0f}"
-                for i, p in enumerate(platforms)
-            }
-            bar.set_postfix(recent, refresh=False)
-            if next_checkpoint and len(rows) >= next_checkpoint and len(rows) < config.episodes:
-                checkpoint()
-                next_checkpoint = _next_multiple(len(rows), config.checkpoint_every)
-        checkpoint()
-    finally:
-        bar.close()
-    wall_time = elapsed + time.perf_counter() - start
-    if out is not None:
-        _write_rows(out / "episodes.csv", header, rows)
-    traffic = agent.traffic()
-    final_eval = None
-    if config.eval_episodes:
-        final_eval = final_evaluation(agent, config=config)
-        final_eval["train_wall_time_s"] = wall_time
-        final_eval["traffic_bytes_per_episode"] = traffic
-        if out is not None:
-            write_json(out / "final_eval.json", json_ready(final_eval))
-    returns = {p: np.array([r[3 + i] for r in rows]) for i, p in enumerate(platforms)}
-    return MultiPlatformResult(out, returns, steps, wall_time, final_eval, traffic)
 
 
 def final_evaluation(agent: Any, *, config: MultiPlatformTrainConfig) -> dict[str, Any]:
     """Greedy per-platform returns of ``agent``, random and (optionally) the joint planner, on
     the same held-out episodes (true engagement, read through the env's evaluation channel)."""
-    from fedrec.agents.fedslate import RandomMultiPolicy
+    from fedrec.agents.multi_platform import RandomMultiPolicy
     from fedrec.agents.reference import JointReferencePolicy, OptimalPlanner
     from fedrec.eval.rollout import evaluate_joint_policy
 
@@ -261,7 +270,9 @@ def final_evaluation(agent: Any, *, config: MultiPlatformTrainConfig) -> dict[st
     probe = make_env(config, 1)
     policies: dict[str, Any] = {
         "agent": agent,
-        "random": RandomMultiPolicy(probe.possible_agents, probe.params, seed=seed),
+        "random": RandomMultiPolicy(
+            platforms=probe.possible_agents, feedback=probe.feedback, params=probe.params, seed=seed
+        ),
     }
     if config.planner:
         planner = OptimalPlanner(probe.params, seed=seed)
@@ -284,7 +295,3 @@ def final_evaluation(agent: Any, *, config: MultiPlatformTrainConfig) -> dict[st
             for platform, s in summaries.items()
         }
     return {"episodes": config.eval_episodes, "seed": seed, "policies": results}
-
-
-def _next_multiple(value: int, every: int) -> int:
-    return 0 if every <= 0 else (value // every + 1) * every

@@ -26,12 +26,19 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
-from stable_baselines3.common.vec_env import VecEnv, VecMonitor
-from stable_baselines3.common.vec_env.base_vec_env import (
-    VecEnvIndices,
-    VecEnvObs,
-    VecEnvStepReturn,
-)
+
+try:
+    from stable_baselines3.common.vec_env import VecEnv, VecMonitor
+    from stable_baselines3.common.vec_env.base_vec_env import (
+        VecEnvIndices,
+        VecEnvObs,
+        VecEnvStepReturn,
+    )
+except ImportError as error:  # an optional dependency: fedrec's core does not need it
+    raise ImportError(
+        "fedrec.train.sb3 needs Stable-Baselines3, which is not installed: "
+        "pip install 'fedrec[sb3]' (or pip install stable-baselines3)"
+    ) from error
 
 ActionMapping = Literal["scores", "repair"]
 _MAPPINGS = ("scores", "repair")

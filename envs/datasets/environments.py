@@ -18,6 +18,7 @@ from gymnasium.vector.utils import batch_space
 from fedrec.envs.datasets.catalog import load_prepared
 from fedrec.envs.datasets.preprocess import PreparedData
 from fedrec.envs.slates import SlateBatchSpace, SlateSpace, validate_slates
+from fedrec.envs.state import StateReader, generator_state
 from fedrec.envs.vector_utils import (
     check_vector_args,
     parse_autoreset_mode,
@@ -33,6 +34,24 @@ def _feature_box(values: np.ndarray) -> spaces.Box:
     low = float(values.min()) if values.size else 0.0
     high = float(values.max()) if values.size else 0.0
     return spaces.Box(low, max(high, low), values.shape[1:], np.float32)
+
+
+def _read_ids(
+    read: StateReader, key: str, shape: tuple[int, ...], upper: int, hint: str
+) -> np.ndarray:
+    """An int64 array of ids in ``[0, upper)`` from a state being loaded."""
+    ids = read.array(key, shape, np.int64, hint=hint)
+    if ids.size and (ids.min() < 0 or ids.max() >= upper):
+        raise read.fail(key, f"holds ids outside [0, {upper})")
+    return ids
+
+
+def _read_order(read: StateReader, key: str, size: int) -> np.ndarray:
+    """A permutation of ``range(size)`` from a state being loaded."""
+    order = read.array(key, (size,), np.int64, hint=f"{size} users in the data set")
+    if not np.array_equal(np.sort(order), np.arange(size)):
+        raise read.fail(key, f"is not a permutation of the {size} users")
+    return order
 
 
 # --------------------------------------------------------------------------------------------
@@ -52,6 +71,21 @@ class _EvaluationCore:
         self.users = np.zeros(num_envs, dtype=np.int64)
         self.order = np.arange(data.num_users)
         self.cursor = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"users": self.users.copy(), "order": self.order.copy(), "cursor": int(self.cursor)}
+
+    def read_state(self, read: StateReader) -> dict[str, Any]:
+        """Checked copies of the core's entries (nothing changes yet)."""
+        u = self.data.num_users
+        return {
+            "users": _read_ids(read, "users", (self.num_envs,), u, f"num_envs={self.num_envs}"),
+            "order": _read_order(read, "order", u),
+            "cursor": read.int("cursor", low=0, high=u - 1),
+        }
+
+    def set_state(self, checked: dict[str, Any]) -> None:
+        self.users, self.order, self.cursor = checked["users"], checked["order"], checked["cursor"]
 
     def observation_space(self) -> spaces.Dict:
         d, c = self.data, self.num_candidates
@@ -112,61 +146,91 @@ class _EvaluationCore:
         }
 
 
-_EVAL_CARD_ARGS = """``data_dir=None`` (the data set's folder or the cache root; default ``$FEDREC_DATA``
-    or ``~/.cache/fedrec``), ``top_k=10``, ``min_interactions=5``, ``num_test_negatives=100``,
-    ``split_seed=0`` (fixes the negatives and candidate order), ``rating_threshold=None``."""
+_STATE_CARD = """
+    ## Saving and restoring
+    ``state_dict()`` returns what changes while the env runs (the generator state, the users'
+    sweep or episode progress, step and autoreset bookkeeping) as plain data, and
+    ``load_state_dict(state)`` restores it into an env built with the same arguments; the data set
+    is not part of it (it is rebuilt from the arguments). See :mod:`fedrec.envs.state`.
+    """
 
 
 class LoggedEvaluationEnv(gym.Env[Observation, np.ndarray]):
-    (
-        r"""Leave-one-out evaluation as one-step episodes (FedNCF / NCF protocol).
+    r"""Leave-one-out evaluation of a logged data set as one-step episodes (FedNCF / NCF protocol).
 
     ## Description
-    Each episode is one user of a logged data set, preprocessed as in FedNCF (implicit feedback,
-    users with < 5 interactions removed, leave-latest-out with a documented tie rule; see
-    :mod:`fedrec.envs.datasets.preprocess`). The candidates are the user's held-out item and its
-    100 fixed negatives, shuffled once by the split seed. The agent returns a top-K ranking;
-    the reward is 1 if the held-out item is in it. The mean return over all users is HR@K and the
-    mean of ``info["ndcg"]`` is NDCG@K, exactly as supervised models (FedNCF, FEL) are evaluated.
+    Each episode is one user of a logged interaction data set (MovieLens, Lastfm, Foursquare),
+    preprocessed as in FedNCF (:func:`fedrec.envs.datasets.preprocess.prepare`): every logged
+    interaction is a positive (or only ratings >= ``rating_threshold``), one row per (user, item)
+    is kept, users with fewer than ``min_interactions`` items are removed, and each user's latest
+    interaction is held out (among rows sharing the latest timestamp, the later one in the file).
+    The candidates are the held-out item and ``num_test_negatives`` items the user never
+    interacted with, drawn once from ``split_seed`` and shuffled by it, so the held-out item's
+    position carries no signal; every model evaluated with the same arguments sees the same
+    candidates. The agent returns a top-K ranking of the candidates; the reward is 1 if the
+    held-out item is in it. The mean return over all users is HR@K and the mean of
+    ``info["ndcg"]`` is NDCG@K, exactly as supervised models (FedNCF, FEL) are evaluated. This is
+    the test set: an agent is trained elsewhere (e.g. on the interaction mode, or offline on
+    ``env.unwrapped.data.train()``) and only evaluated here.
 
     ## Action Space
-    ``SlateSpace(101, K)``: K distinct indices into ``candidate_ids``, best first.
+    ``SlateSpace(C, K)`` with ``C = num_test_negatives + 1`` candidates (101 by default) and
+    ``K = top_k``: K distinct indices into ``candidate_ids``, best first. A wrong length, an
+    out-of-range or repeated index, or a non-integer dtype raises ``ValueError``.
 
     ## Observation Space
+    A ``Dict``:
+
     | key | shape | meaning |
     |---|---|---|
-    | ``user_id`` | (1,) int64 | remapped user id (0-based) |
+    | ``user_id`` | (1,) int64 | the user's remapped id, in ``[0, num_users)`` |
+    | ``candidate_ids`` | (C,) int64 | remapped item ids of the candidates, in ``[0, num_items)`` |
     | ``user_features`` | (du,) float32 | public user features (MovieLens: age, gender, occupation); only if the data set has them |
-    | ``candidate_ids`` | (101,) int64 | remapped item ids of the candidates |
-    | ``candidate_features`` | (101, di) float32 | item features (genres; venue category and position); only if available |
+    | ``candidate_features`` | (C, di) float32 | the candidates' item features (MovieLens genres; Foursquare venue category and position); only if the data set has them |
+
+    The remapped ids index ``env.unwrapped.data`` (a
+    :class:`~fedrec.envs.datasets.preprocess.PreparedData`: raw ids, training positives).
 
     ## Rewards
-    1.0 if the held-out item is among the K recommended, else 0.0 (HR@K).
+    1.0 if the held-out item is among the K ranked candidates, else 0.0: the episode's return is
+    the user's hit, and its mean over users is HR@K.
 
     ## Starting State
     ``reset(seed=s)`` draws a permutation of the users from ``self.np_random``; each following
-    ``reset()`` takes the next user of that sweep, so U resets visit every user once.
-    ``reset(options={"user": u})`` evaluates user ``u``.
+    ``reset()`` takes the next user of that sweep, so U resets (U = number of users) visit every
+    user exactly once. ``reset(options={"user": u})`` evaluates user ``u`` instead.
 
     ## Episode End
-    Terminates after the single step.
+    The episode **terminates** after its single step (there is no truncation). Stepping again
+    before ``reset()`` raises ``RuntimeError``.
 
     ## Info
-    After the step: ``hit``, ``ndcg`` (1/log2(rank+2) for a 0-based rank < K, else 0), ``rank``
-    (-1 if missed), ``target_index`` (the held-out item's column in the candidates) and
-    ``test_item``. No logging propensities exist for these data sets.
+    Empty after ``reset()``. After the step: ``hit`` (the reward), ``ndcg``
+    (``1 / log2(rank + 2)`` for a 0-based rank below K, else 0), ``rank`` (-1 if the held-out
+    item was not ranked), ``target_index`` (the held-out item's column in ``candidate_ids``) and
+    ``test_item`` (its remapped id). The logs have no propensities, so there are no off-policy
+    estimates.
 
     ## Arguments
     ``dataset`` (``"ml-100k"``, ``"ml-1m"``, ``"lastfm-2k"``, ``"foursquare-nyc"``, ...),
-    """
-        + _EVAL_CARD_ARGS
-        + """
+    ``data_dir=None`` (the data set's folder or the cache root; default ``$FEDREC_DATA`` or
+    ``~/.cache/fedrec``), ``top_k=10`` (K), ``min_interactions=5``, ``num_test_negatives=100``,
+    ``split_seed=0`` (fixes the negatives and the candidate order), ``rating_threshold=None``,
+    ``render_mode=None`` (``"ansi"`` renders the user and, after the step, hit and rank).
+    Registered as ``gymnasium.make("fedrec/MovieLens100K-v0", mode="evaluation")`` (and the
+    other logged-data ids); a missing data set raises an error naming ``fedrec data fetch``.
 
     ## Vectorized environment
     ``gymnasium.make_vec(id, num_envs=B, mode="evaluation")`` returns
-    :class:`LoggedEvaluationVectorEnv`; with ``B`` = number of users one step evaluates everyone.
+    :class:`LoggedEvaluationVectorEnv` (the same core for B users); with B = the number of users
+    one step evaluates everyone.
+
+    ## Saving and restoring
+    ``state_dict()`` returns what changes while the env runs (the generator state, the users'
+    sweep, whether the episode is done and the last step's scores) as plain data, and
+    ``load_state_dict(state)`` restores it into an env built with the same arguments; the data set
+    is not part of it (it is rebuilt from the arguments). See :mod:`fedrec.envs.state`.
     """
-    )
 
     metadata = {"render_modes": ["ansi"], "render_fps": 1}
 
@@ -198,12 +262,13 @@ class LoggedEvaluationEnv(gym.Env[Observation, np.ndarray]):
         self.action_space = SlateSpace(self._core.num_candidates, top_k)
         self._done = True
         self._last: dict[str, np.ndarray] | None = None
+        self._shuffled = False
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Observation, dict[str, Any]]:
         super().reset(seed=seed)
-        if seed is not None or not hasattr(self, "_shuffled"):
+        if seed is not None or not self._shuffled:
             self._core.shuffle(self.np_random)
             self._shuffled = True
         user = None if options is None else options.get("user")
@@ -223,6 +288,43 @@ class LoggedEvaluationEnv(gym.Env[Observation, np.ndarray]):
         self._last = scores
         info = {key: value[0].item() for key, value in scores.items()}
         return self._observation(), float(scores["hit"][0]), True, False, info
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that changes while the env runs, as plain data (see :mod:`fedrec.envs.state`)."""
+        last = None if self._last is None else {k: v.copy() for k, v in self._last.items()}
+        return {
+            "np_random": generator_state(self._np_random),
+            "np_random_seed": self._np_random_seed,
+            "core": self._core.state_dict(),
+            "done": bool(self._done),
+            "shuffled": bool(self._shuffled),
+            "last": last,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` into an env built with the same arguments (the data set is
+        not part of the state). The whole state is checked first (``ValueError``; no change)."""
+        read = StateReader(state, type(self).__name__)
+        rng = read.generator()
+        seed = read.seed()
+        core = self._core.read_state(StateReader(read.dict("core"), f"{read.who} core"))
+        done = read.bool("done")
+        shuffled = read.bool("shuffled")
+        last = read.raw("last")
+        read.finish()
+        if last is not None:
+            keys = ("hit", "ndcg", "rank", "target_index", "test_item")
+            last_read = StateReader(last, f"{read.who} last")
+            last = {key: last_read.raw(key) for key in keys}
+            last_read.finish()
+            if not all(type(v) is np.ndarray and v.shape == (1,) for v in last.values()):
+                raise read.fail("last", "must be None or the step's scores, arrays of shape (1,)")
+            last = {key: value.copy() for key, value in last.items()}
+        self._np_random, self._np_random_seed = rng, seed
+        self._core.set_state(core)
+        self._done = done
+        self._shuffled = shuffled
+        self._last = last
 
     def _observation(self) -> Observation:
         return {key: value[0] for key, value in self._core.observation().items()}
@@ -244,6 +346,7 @@ class LoggedEvaluationVectorEnv(VectorEnv):
     ``i``-th user of the permutation), so ``num_envs = num_users`` evaluates every user in one
     step. ``reset(options={"users": ids})`` assigns explicit users. Autoreset follows Gymnasium
     1.x (``NEXT_STEP`` default, ``SAME_STEP``, ``DISABLED`` with ``reset_mask``).
+    ``state_dict()`` / ``load_state_dict(state)`` save and restore its dynamic state as plain data.
     """
 
     metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -298,6 +401,32 @@ class LoggedEvaluationVectorEnv(VectorEnv):
         self._autoreset[mask] = False
         self._started = True
         return self._core.observation(), {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that changes while the env runs, as plain data (see :mod:`fedrec.envs.state`)."""
+        return {
+            "np_random": generator_state(self._np_random),
+            "np_random_seed": self._np_random_seed,
+            "core": self._core.state_dict(),
+            "autoreset": self._autoreset.copy(),
+            "started": bool(self._started),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` into an env built with the same arguments (the data set is
+        not part of the state). The whole state is checked first (``ValueError``; no change)."""
+        read = StateReader(state, type(self).__name__)
+        rng = read.generator()
+        seed = read.seed()
+        core = self._core.read_state(StateReader(read.dict("core"), f"{read.who} core"))
+        hint = f"num_envs={self.num_envs}"
+        autoreset = read.array("autoreset", (self.num_envs,), bool, hint=hint)
+        started = read.bool("started")
+        read.finish()
+        self._np_random, self._np_random_seed = rng, seed
+        self._core.set_state(core)
+        self._autoreset = autoreset
+        self._started = started
 
     def step(
         self, actions: np.ndarray
@@ -411,6 +540,46 @@ class _InteractionCore:
         self.num_positives = np.zeros(num_envs, dtype=np.int64)  # the user's (train) positives
         self.positives_left = np.zeros(num_envs, dtype=np.int64)  # unrecommended positives
         self.items_left = np.zeros(num_envs, dtype=np.int64)  # unrecommended items
+
+    #: the arrays of the state: name -> dtype and what sets their width (None: one value per slot)
+    _STATE_ARRAYS: dict[str, tuple[Any, str | None]] = {
+        "users": (np.int64, None),
+        "chrono": (np.int64, "items"),
+        "recommended": (np.bool_, "items"),
+        "consumed": (np.bool_, "items"),
+        "candidates": (np.int64, "num_candidates"),
+        "last_slate": (np.int64, "slate_size"),
+        "last_click": (np.float32, "slate_size"),
+        "steps": (np.int64, None),
+        "num_positives": (np.int64, None),
+        "positives_left": (np.int64, None),
+        "items_left": (np.int64, None),
+    }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {key: getattr(self, key).copy() for key in self._STATE_ARRAYS}
+
+    def read_state(self, read: StateReader) -> dict[str, Any]:
+        """Checked copies of the core's arrays (nothing changes yet)."""
+        widths = {
+            "items": self.data.num_items,
+            "num_candidates": self.num_candidates,
+            "slate_size": self.slate_size,
+        }
+        checked = {}
+        for key, (dtype, width) in self._STATE_ARRAYS.items():
+            shape = (self.num_envs,) if width is None else (self.num_envs, widths[width])
+            hint = f"num_envs={self.num_envs}" + ("" if width is None else f", {width}={shape[1]}")
+            checked[key] = read.array(key, shape, dtype, hint=hint)
+        for key, upper in (("users", self.data.num_users), ("candidates", self.data.num_items)):
+            ids = checked[key]
+            if ids.size and (ids.min() < 0 or ids.max() >= upper):
+                raise read.fail(key, f"holds ids outside [0, {upper})")
+        return checked
+
+    def set_state(self, checked: dict[str, Any]) -> None:
+        for key, value in checked.items():
+            setattr(self, key, value)
 
     def observation_space(self) -> spaces.Dict:
         d, c, n = self.data, self.num_candidates, self.slate_size
@@ -685,6 +854,7 @@ class LoggedInteractionEnv(_InteractionStepper, gym.Env[Observation, np.ndarray]
     steps all ``B`` users with numpy (no Python loop over users). This env runs the same
     batched core with one slot, so ``num_envs=1`` reproduces it exactly for the same seed.
     """
+        + _STATE_CARD
     )
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
@@ -752,6 +922,31 @@ class LoggedInteractionEnv(_InteractionStepper, gym.Env[Observation, np.ndarray]
         single = {key: value[0].item() for key, value in info.items()}
         return self._observation(), self._reward, bool(terminated[0]), bool(truncated[0]), single
 
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that changes while the env runs, as plain data (see :mod:`fedrec.envs.state`)."""
+        return {
+            "np_random": generator_state(self._np_random),
+            "np_random_seed": self._np_random_seed,
+            "core": self.core.state_dict(),
+            "done": bool(self._done),
+            "reward": float(self._reward),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` into an env built with the same arguments (the data set is
+        not part of the state). The whole state is checked first (``ValueError``; no change)."""
+        read = StateReader(state, type(self).__name__)
+        rng = read.generator()
+        seed = read.seed()
+        core = self.core.read_state(StateReader(read.dict("core"), f"{read.who} core"))
+        done = read.bool("done")
+        reward = read.float("reward")
+        read.finish()
+        self._np_random, self._np_random_seed = rng, seed
+        self.core.set_state(core)
+        self._done = done
+        self._reward = reward
+
     def _observation(self) -> Observation:
         return {key: value[0] for key, value in self.core.observation().items()}
 
@@ -771,6 +966,7 @@ class LoggedInteractionVectorEnv(_InteractionStepper, VectorEnv):
     With ``num_envs=1`` and the same seed it reproduces the single env exactly. Autoreset follows
     Gymnasium 1.x (``NEXT_STEP`` default, ``SAME_STEP``, ``DISABLED`` with ``reset_mask``);
     ``max_episode_steps`` (from ``make_vec``) overrides ``max_steps``.
+    ``state_dict()`` / ``load_state_dict(state)`` save and restore its dynamic state as plain data.
     """
 
     metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -833,6 +1029,32 @@ class LoggedInteractionVectorEnv(_InteractionStepper, VectorEnv):
         self._autoreset[mask] = False
         self._started = True
         return self.core.observation(), {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that changes while the env runs, as plain data (see :mod:`fedrec.envs.state`)."""
+        return {
+            "np_random": generator_state(self._np_random),
+            "np_random_seed": self._np_random_seed,
+            "core": self.core.state_dict(),
+            "autoreset": self._autoreset.copy(),
+            "started": bool(self._started),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` into an env built with the same arguments (the data set is
+        not part of the state). The whole state is checked first (``ValueError``; no change)."""
+        read = StateReader(state, type(self).__name__)
+        rng = read.generator()
+        seed = read.seed()
+        core = self.core.read_state(StateReader(read.dict("core"), f"{read.who} core"))
+        hint = f"num_envs={self.num_envs}"
+        autoreset = read.array("autoreset", (self.num_envs,), bool, hint=hint)
+        started = read.bool("started")
+        read.finish()
+        self._np_random, self._np_random_seed = rng, seed
+        self.core.set_state(core)
+        self._autoreset = autoreset
+        self._started = started
 
     def step(
         self, actions: np.ndarray

@@ -22,6 +22,7 @@ from gymnasium.vector.utils import batch_space
 
 from fedrec.envs.datasets.catalog import _signature, locate
 from fedrec.envs.datasets.formats import TAOBAO_USER_PROFILE_HEADER, load_taobao
+from fedrec.envs.state import StateReader, generator_state
 from fedrec.envs.vector_utils import (
     check_vector_args,
     parse_autoreset_mode,
@@ -145,6 +146,43 @@ class _TaobaoCore:
         self.row = np.zeros(num_envs, dtype=np.int64)  # the impression shown next
         self.end = np.zeros(num_envs, dtype=np.int64)  # one past the user's last impression
         self.steps = np.zeros(num_envs, dtype=np.int64)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "order": self.order.copy(),
+            "cursor": int(self.cursor),
+            "users": self.users.copy(),
+            "row": self.row.copy(),
+            "end": self.end.copy(),
+            "steps": self.steps.copy(),
+        }
+
+    def read_state(self, read: StateReader) -> dict[str, Any]:
+        """Checked copies of the core's entries (nothing changes yet)."""
+        u, b = self.data.num_users, self.num_envs
+        hint = f"num_envs={b}"
+        order = read.array("order", (u,), np.int64, hint=f"{u} users in the data set")
+        if not np.array_equal(np.sort(order), np.arange(u)):
+            raise read.fail("order", f"is not a permutation of the {u} users")
+        checked = {
+            "order": order,
+            "cursor": read.int("cursor", low=0, high=u - 1),
+            **{key: read.array(key, (b,), np.int64, hint=hint) for key in ("users", "row", "end")},
+            "steps": read.array("steps", (b,), np.int64, hint=hint),
+        }
+        users, row, end = checked["users"], checked["row"], checked["end"]
+        if users.min() < 0 or users.max() >= u:
+            raise read.fail("users", f"holds ids outside [0, {u})")
+        # a slot before its first reset holds user 0 and row = end = 0
+        start, stop = self.data.indptr[users], self.data.indptr[users + 1]
+        fresh = (row == 0) & (end == 0)
+        if not (fresh | ((end == stop) & (start <= row) & (row <= end))).all():
+            raise read.fail("row", "does not lie within its user's impressions")
+        return checked
+
+    def set_state(self, checked: dict[str, Any]) -> None:
+        for key, value in checked.items():
+            setattr(self, key, value)
 
     def observation_space(self) -> spaces.Dict:
         d = self.data
@@ -285,6 +323,12 @@ class TaobaoAdsEnv(gym.Env[Observation, np.ndarray]):
 
     ## Arguments
     ``data_dir=None``, ``split="test"`` (2017-05-13; ``"train"`` = the 7 days before, ``"all"``).
+
+    ## Saving and restoring
+    ``state_dict()`` returns what changes while the env runs (the generator state, the user
+    sweep, each slot's position in its user's impressions) as plain data, and
+    ``load_state_dict(state)`` restores it into an env built with the same arguments; the data set
+    is not part of it (it is rebuilt from the arguments). See :mod:`fedrec.envs.state`.
     """
         + _VECTOR_CARD
     )
@@ -330,6 +374,28 @@ class TaobaoAdsEnv(gym.Env[Observation, np.ndarray]):
         }
         return self._observation(), float(rewards[0]), bool(terminated[0]), False, single
 
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that changes while the env runs, as plain data (see :mod:`fedrec.envs.state`)."""
+        return {
+            "np_random": generator_state(self._np_random),
+            "np_random_seed": self._np_random_seed,
+            "core": self._core.state_dict(),
+            "shuffled": bool(self._shuffled),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` into an env built with the same arguments (the data set is
+        not part of the state). The whole state is checked first (``ValueError``; no change)."""
+        read = StateReader(state, type(self).__name__)
+        rng = read.generator()
+        seed = read.seed()
+        core = self._core.read_state(StateReader(read.dict("core"), f"{read.who} core"))
+        shuffled = read.bool("shuffled")
+        read.finish()
+        self._np_random, self._np_random_seed = rng, seed
+        self._core.set_state(core)
+        self._shuffled = shuffled
+
     def _observation(self) -> Observation:
         return {key: value[0] for key, value in self._core.observation().items()}
 
@@ -344,7 +410,8 @@ class TaobaoAdsVectorEnv(VectorEnv):
     episode ends starts the next one, ignores its action and returns reward 0), ``SAME_STEP``
     (``info["final_obs"]`` / ``info["final_info"]``) or ``DISABLED`` (reset finished envs with
     ``reset(options={"reset_mask": m})``; stepping one before that raises). ``max_episode_steps``
-    truncates long users.
+    truncates long users. ``state_dict()`` / ``load_state_dict(state)`` save and restore its
+    dynamic state as plain data (see :mod:`fedrec.envs.state`).
     """
 
     metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
@@ -389,6 +456,35 @@ class TaobaoAdsVectorEnv(VectorEnv):
         self._done[mask] = False
         self._started = True
         return self._core.observation(), {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that changes while the env runs, as plain data (see :mod:`fedrec.envs.state`)."""
+        return {
+            "np_random": generator_state(self._np_random),
+            "np_random_seed": self._np_random_seed,
+            "core": self._core.state_dict(),
+            "autoreset": self._autoreset.copy(),
+            "done": self._done.copy(),
+            "started": bool(self._started),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` into an env built with the same arguments (the data set is
+        not part of the state). The whole state is checked first (``ValueError``; no change)."""
+        read = StateReader(state, type(self).__name__)
+        rng = read.generator()
+        seed = read.seed()
+        core = self._core.read_state(StateReader(read.dict("core"), f"{read.who} core"))
+        hint = f"num_envs={self.num_envs}"
+        autoreset = read.array("autoreset", (self.num_envs,), bool, hint=hint)
+        done = read.array("done", (self.num_envs,), bool, hint=hint)
+        started = read.bool("started")
+        read.finish()
+        self._np_random, self._np_random_seed = rng, seed
+        self._core.set_state(core)
+        self._autoreset = autoreset
+        self._done = done
+        self._started = started
 
     def step(
         self, actions: np.ndarray

@@ -21,9 +21,10 @@ from fedrec.envs.state import StateReader, generator_state
 
 Observation = dict[str, np.ndarray]
 
-#: Keyword arguments of RecSim's library ``long_term_satisfaction`` env (spec part A).
+#: Keyword arguments of RecSim's library ``long_term_satisfaction`` env (docs/choc_kale.md, "RecSim's library env (A)").
 LIBRARY_DEFAULTS: dict[str, Any] = {}
-#: The FedSlate paper code's single-platform variant (spec part B).
+#: The FedSlate paper code's single-platform variant (docs/choc_kale.md, "The FedSlate code's
+#: variant (B)").
 FEDSLATE_KWARGS: dict[str, Any] = {
     "choice_model": "mnl",
     "memory_discount": 0.9,

@@ -1,10 +1,10 @@
 """Choc-vs-Kale user, document and choice model: parameters and the batched equations.
 
 Every Choc-vs-Kale environment (single, vector, multi-platform) draws its randomness and applies
-its dynamics through this module, so there is exactly one implementation of the equations in
-``shared/specs/choc_kale.md``. All functions work on arrays with a leading batch axis of users.
+its dynamics through this module, so there is exactly one implementation of the equations of
+``docs/choc_kale.md``. All functions work on arrays with a leading batch axis of users.
 
-Notation follows the spec. Each document has one feature ``x`` in [0, 1] (the library's
+Notation follows docs/choc_kale.md ("Three descriptions"). Each document has one feature ``x`` in [0, 1] (the library's
 ``clickbait_score``, the FedSlate code's ``kaleness``). Its *choc-ness* ``c`` drives engagement
 and exposure: ``c = x`` under the code semantics (RecSim library and FedSlate code, the default),
 ``c = 1 - x`` under the prose semantics of the RecSim tutorial and the FedSlate paper, where ``x``

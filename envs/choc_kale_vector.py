@@ -31,7 +31,7 @@ class ChocKaleVectorEnv(VectorEnv):
     :param num_envs: number of users.
     :param autoreset_mode: ``NEXT_STEP`` (default), ``SAME_STEP`` or ``DISABLED`` (Gymnasium 1.x
         semantics; declared in ``metadata["autoreset_mode"]``).
-    :param max_episode_steps: optional truncation (``gymnasium.make_vec`` passes the spec's value);
+    :param max_episode_steps: optional truncation (``gymnasium.make_vec`` passes the EnvSpec's value);
         episodes otherwise end by termination when the time budget is spent.
     :param kwargs: any :class:`~fedrec.envs.choc_kale_model.ChocKaleParams` field.
 

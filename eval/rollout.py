@@ -13,6 +13,10 @@ from fedrec.agents.base import SlateAgent
 from fedrec.envs.multi_platform import ChocKaleMultiPlatformBatchEnv
 from fedrec.eval.stats import mean_ci
 
+#: Final evaluations seed their episodes at this offset plus the run's seed, far from any training
+#: seed, so the evaluation episodes are held out.
+EVAL_SEED_OFFSET = 1_000_000
+
 
 @dataclass(frozen=True)
 class ReturnSummary:

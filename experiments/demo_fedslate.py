@@ -18,7 +18,7 @@ DEMO_AGENT_KWARGS = {"learning_starts": 1_000, "epsilon_decay": 0.99985}
 
 
 def run_demo(
-    out: Path | str = "results/demo_fedslate",
+    out: Path | str = "runs/demo_fedslate",
     *,
     episodes: int = 400,
     methods: tuple[str, ...] = ("slateq", "fedslate", "random"),

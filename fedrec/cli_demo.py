@@ -30,7 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "demo",
         help="roll out random, myopic and optimal-planner policies on the Choc-vs-Kale envs",
         description="Roll out the reference policies (random, myopic, optimal planner) on every "
-        "registered Choc-vs-Kale environment and print mean returns with 95%% confidence "
+        "registered Choc-vs-Kale environment and print mean returns with 95% confidence "
         "intervals and the regret against the planner.",
     )
     parser.add_argument("--episodes", type=int, default=2000, help="episodes per policy and env")
@@ -45,7 +45,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--fedslate-episodes", type=int, default=400, help="training episodes of that comparison"
     )
     parser.add_argument(
-        "--out", default="results/demo_fedslate", help="run directories and plot of the comparison"
+        "--out",
+        default="runs/demo_fedslate",
+        help="run directories and plot of the comparison (default runs/demo_fedslate, git-ignored: "
+        "the demo leaves the repository clean; results/demo_fedslate holds the reference output)",
     )
     parser.set_defaults(handler=run)
 

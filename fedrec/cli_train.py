@@ -16,6 +16,7 @@ import dataclasses
 import json
 import sys
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +189,13 @@ def run(args: argparse.Namespace) -> int:
     return _train_slate(args.agent, agent_cls, agent_config, parsed, out)
 
 
+def _mean_ci(summary: Mapping[str, Any]) -> str:
+    """``mean ± half-width``: 4 decimals for metrics in [0, 1] (hit rates), 1 for returns."""
+    returns = summary.get("returns") or []
+    digits = 4 if returns and all(0.0 <= r <= 1.0 for r in returns) else 1
+    return f"{summary['mean']:.{digits}f} ± {summary['half_width']:.{digits}f}"
+
+
 def _train_slate(name: str, agent_cls: type, agent_config: Any, parsed: Any, out: Path) -> int:
     from fedrec.train.loop import TrainConfig, train
 
@@ -219,9 +227,7 @@ def _train_slate(name: str, agent_cls: type, agent_config: Any, parsed: Any, out
     )
     if result.final_eval is not None:
         for policy, summary in result.final_eval["policies"].items():
-            print(
-                f"  greedy evaluation, {policy:8s} {summary['mean']:8.1f} ± {summary['half_width']:.1f}"
-            )
+            print(f"  greedy evaluation, {policy:8s} {_mean_ci(summary)}")
     print(f"run written to {out}; read it with: fedrec eval {out}")
     return 0
 
@@ -258,9 +264,7 @@ def _train_multi_platform(
     )
     if result.final_eval is not None:
         for policy, platforms in result.final_eval["policies"].items():
-            cells = ", ".join(
-                f"{p} {s['mean']:.1f} ± {s['half_width']:.1f}" for p, s in platforms.items()
-            )
+            cells = ", ".join(f"{p} {_mean_ci(s)}" for p, s in platforms.items())
             print(f"  greedy evaluation, {policy:8s} {cells}")
     print(f"run written to {out}; read it with: fedrec eval {out}")
     return 0

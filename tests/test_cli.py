@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -57,3 +58,18 @@ def test_console_script_reports_errors_cleanly() -> None:
     )
     assert result.returncode == 2
     assert "episodes and num_envs must be >= 1" in result.stderr
+
+
+def test_the_demo_writes_only_git_ignored_files() -> None:
+    """`make demo` must leave `git status` clean: its default output folder is ignored by git."""
+    from fedrec.cli import build_parser
+
+    root = Path(__file__).resolve().parents[1]
+    out = build_parser().parse_args(["demo"]).out
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    probe = Path(out) / "some-run" / "episodes.csv"
+    ignored = subprocess.run(
+        ["git", "check-ignore", "-q", str(probe)], cwd=root, check=False
+    ).returncode
+    assert ignored == 0, f"{out} is not git-ignored: make demo would dirty the repository"

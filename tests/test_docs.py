@@ -116,3 +116,32 @@ def test_docs_cite_only_the_repository(page: Path) -> None:
         if OUTSIDE_CITATION.search(line)
     ]
     assert not lines, "cite a docs/*.md section instead:\n" + "\n".join(lines)
+
+
+#: The same in code, where ``spec`` is also an ordinary identifier (``spec.name``, ``EnvSpec``).
+CODE_CITATION = re.compile(
+    r"shared/specs|\bspec (?:\d|part|§)|\bthe spec\b|\bspec's\b|\b(?:FEL|FedNCF|FedSlate) spec\b",
+    re.I,
+)
+PACKAGE_FOLDERS = (
+    "agents",
+    "envs",
+    "eval",
+    "experiments",
+    "federation",
+    "fedrec",
+    "train",
+    "examples",
+    "benchmarks",
+)
+
+
+def test_code_cites_only_the_repository() -> None:
+    lines = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for folder in PACKAGE_FOLDERS
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if CODE_CITATION.search(line)
+    ]
+    assert not lines, "cite a docs/*.md section instead:\n" + "\n".join(lines)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import runpy
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -32,3 +36,42 @@ def test_plug_in_your_own_agent_example_runs_and_beats_random(tmp_path, capsys):
     assert policies["agent"]["mean"] > 0.97 * policies["planner"]["mean"]
     assert (tmp_path / "runs" / "binned-bandit" / "episodes.csv").is_file()
     assert "planner" in capsys.readouterr().out
+
+
+def _blocks_after(heading: str, language: str) -> list[str]:
+    text = README.read_text()
+    start = text.index(heading)
+    end = text.find("\n### ", start + len(heading))
+    section = text[start : end if end != -1 else None]
+    return re.findall(rf"```{language}\n(.*?)```", section, flags=re.DOTALL)
+
+
+def test_plug_in_your_own_federated_agent_section_runs_as_printed(tmp_path):
+    """The section's agent is the file in examples/, and its commands train it, resume it and put
+    it in the `fedrec bench fedslate` and `fedrec eval` tables beside the built-in methods."""
+    heading = "### Plug in your own federated agent"
+    (code,) = _blocks_after(heading, "python")
+    example = README.parent / "examples" / "my_federated_agent.py"
+    assert code == example.read_text(), "README block and examples/my_federated_agent.py differ"
+    (commands,) = _blocks_after(heading, "bash")
+    (tmp_path / "examples").mkdir()
+    shutil.copy(example, tmp_path / "examples" / example.name)
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "OMP_NUM_THREADS": "1",
+        "COLUMNS": "250",
+    }
+    done = subprocess.run(
+        ["bash", "-ec", commands], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = tmp_path / "runs" / "score-relay"
+    assert len((run / "episodes.csv").read_text().splitlines()) == 1 + 600  # extended on resume
+    policies = json.loads((run / "final_eval.json").read_text())["policies"]
+    # B never sees feedback, yet serves far better than random through the relayed scores.
+    assert policies["agent"]["platform_b"]["mean"] > policies["random"]["platform_b"]["mean"] + 50
+    bench = tmp_path / "runs" / "bench-relay"
+    assert {p.name for p in bench.iterdir() if p.is_dir()} >= {"fedslate", "random", "ScoreRelay"}
+    assert "ScoreRelay" in done.stdout and "fedslate" in done.stdout

@@ -10,7 +10,8 @@ evaluation -- and a loop implements only what is its own:
   round), returning the log rows it finished and training metrics;
 * :meth:`Trainer.finished`, :meth:`Trainer.progress` -- when to stop, and how far it is;
 * :meth:`Trainer.loop_state` / :meth:`Trainer.load_loop_state` -- the loop's own counters, as
-  data; the agent's and the env's states are taken through their ``state_dict()`` methods;
+  data; the agent's and the env's states (``self.agent``, ``self.env``) are taken through their
+  ``state_dict()`` methods;
 * :meth:`Trainer.evaluate` -- the final evaluation written to ``final_eval.json``.
 
 The three loops are :class:`fedrec.train.loop.SlateTrainer` (any single-platform agent),
@@ -34,6 +35,7 @@ from typing import Any
 import torch
 
 from fedrec.agents.registry import json_ready
+from fedrec.envs.state import env_state, load_env_state
 from fedrec.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
@@ -234,13 +236,15 @@ class Trainer(abc.ABC):
     def load_loop_state(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`loop_state`."""
 
-    @abc.abstractmethod
     def component_states(self) -> dict[str, Any]:
-        """``{"agent": ..., "env": ...}``: the states of what the loop drives, as data."""
+        """The states of what the loop drives, as data: by default ``self.agent``'s
+        ``state_dict()`` and ``self.env``'s (:func:`fedrec.envs.state.env_state`)."""
+        return {"agent": self.agent.state_dict(), "env": env_state(self.env)}
 
-    @abc.abstractmethod
     def load_component_states(self, states: Mapping[str, Any]) -> None:
-        """Restore :meth:`component_states`."""
+        """Restore :meth:`component_states` (the env first: its state is validated whole)."""
+        load_env_state(self.env, states["env"])
+        self.agent.load_state_dict(states["agent"])
 
     def parse_row(self, row: list[str]) -> list[Any]:
         """A CSV row read back on resume (default: the first two columns int, the rest float)."""

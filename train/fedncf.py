@@ -91,7 +91,7 @@ class FedNCFConfig:
     simulation: Literal["batched", "reference"] = "batched"
     """client simulation: stacked batched tensors, or the per-client reference loop."""
     client_optimizer: Literal["fresh", "persistent"] = "fresh"
-    """fresh: a new Adam every participation (the spec's reading); persistent: each client keeps its
+    """fresh: a new Adam every participation (docs/fedncf.md, "Federated protocol and units"); persistent: each client keeps its
     Adam moments and step count across its participations, client-side state that never leaves it."""
 
     def __post_init__(self) -> None:

@@ -30,15 +30,12 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from fedrec.agents.base import SlateAgent, Transitions
-from fedrec.envs.state import env_state, load_env_state
-from fedrec.eval.rollout import evaluate_policy
+from fedrec.eval.rollout import EVAL_SEED_OFFSET, evaluate_policy
 from fedrec.train.core import CsvLog, Trainer, config_dict, default_config_dict
 
 CSV_HEADER = ("episode", "step", "return", "length")
 #: What defines a run: resuming with any of these changed is refused.
 SETUP_KEYS = ("agent", "env_id", "seed", "num_envs", "env_kwargs", "agent_config")
-#: Evaluation episodes are seeded far from training seeds so they are held out.
-EVAL_SEED_OFFSET = 1_000_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,13 +277,6 @@ class SlateTrainer(Trainer):
         self.episodes_logged = int(state["episodes_logged"])
         self.pending = [(int(s), float(r), int(n)) for s, r, n in state["pending"]]
         self.metrics = {k: float(v) for k, v in state["metrics"].items()}
-
-    def component_states(self) -> dict[str, Any]:
-        return {"agent": self.agent.state_dict(), "env": env_state(self.env)}
-
-    def load_component_states(self, states: Mapping[str, Any]) -> None:
-        load_env_state(self.env, states["env"])
-        self.agent.load_state_dict(states["agent"])
 
     def evaluate(self) -> dict[str, Any] | None:
         if not self.config.eval_episodes:

@@ -35,12 +35,10 @@ import numpy as np
 
 from fedrec.agents.multi_platform import MultiPlatformAgent
 from fedrec.agents.registry import make_config, resolve_multi_platform_agent
-from fedrec.envs.state import env_state, load_env_state
+from fedrec.eval.rollout import EVAL_SEED_OFFSET
 from fedrec.train.core import Trainer, config_dict, default_config_dict
 
 ENV_ID = "fedrec/ChocKaleMultiPlatform-v0"
-#: Evaluation episodes are seeded far from training seeds so they are held out.
-EVAL_SEED_OFFSET = 1_000_000
 #: What defines a run: resuming with any of these changed is refused.
 SETUP_KEYS = ("agent", "env_id", "seed", "num_envs", "env_kwargs", "agent_config")
 
@@ -218,13 +216,6 @@ class MultiPlatformTrainer(Trainer):
 
     def load_loop_state(self, state: Mapping[str, Any]) -> None:
         self.steps, self.started = int(state["steps"]), bool(state["started"])
-
-    def component_states(self) -> dict[str, Any]:
-        return {"agent": self.agent.state_dict(), "env": env_state(self.env)}
-
-    def load_component_states(self, states: Mapping[str, Any]) -> None:
-        load_env_state(self.env, states["env"])
-        self.agent.load_state_dict(states["agent"])
 
     def evaluate(self) -> dict[str, Any] | None:
         if not self.config.eval_episodes:

@@ -12,11 +12,11 @@ when) is in :class:`FedSlateAgent` and ``docs/fedslate.md``.
 
 Methods (``FedSlateConfig.method``):
 
-* ``fedslate`` -- the basic version (spec 2.4): each platform with feedback does the "A" update
+* ``fedslate`` -- the basic version (docs/fedslate.md, "Methods"): each platform with feedback does the "A" update
   (SmoothL1 of Q~_A(s, i_c) on y_A = r + gamma (1 - done) W(s', greedy on F^-[Q^-(s')])); each
   platform without feedback does the "B" update: SmoothL1 of its greedy slate value W(s_B, Q~_B)
   on the feedback platform's label y_A for the same step (it never sees a reward of its own).
-* ``fedslate_exp`` -- FedSlate(exp) (spec 2.5): every platform has feedback and does the A update
+* ``fedslate_exp`` -- FedSlate(exp) (docs/fedslate.md, "Methods"): every platform has feedback and does the A update
   with its own reward, click and next state.
 * ``fedq`` -- our FedQ baseline (no public code): the same federated networks and protocol, but
   a DQN without the slate decomposition: the consumed item is the action, the target is
@@ -30,7 +30,7 @@ Methods (``FedSlateConfig.method``):
 zero) and ``local_network="itemwise"`` are labelled deviations from the paper, measured in
 ``docs/fedslate.md`` ("Diagnosis"); the paper's architecture stays the default.
 
-Quirks of the official code that are fixed (spec 2.7): predictions use online nets on s and
+Quirks of the official code that are fixed (docs/fedslate.md, "Official-code quirks fixed"): predictions use online nets on s and
 targets use target nets on s' (all platforms); labels are NumPy arrays received by message, so no
 gradient flows through them; no raw document ids (state = [user, candidate features, last H
 engagement vectors]); linear output heads with rewards scaled by 1 / mean |reward| of the burn-in

@@ -189,7 +189,8 @@ class FedSlateAgent(MultiPlatformAgent):
         self.target_syncs += 1
 
     def learn_round(self) -> None:
-        """One learning round: every local net updated once, F once per platform (spec 2.4)."""
+        """One learning round: every local net updated once, F once per platform (docs/fedslate.md,
+        "The official code's learning round")."""
         size = self.platforms[self.names[0]].replay.size
         if size < self.config.batch_size:
             return

@@ -23,7 +23,7 @@ from fedrec.federation.messages import SERVER, MessageKind, PrivacyViolation
 def platform_state(observations: Mapping[str, np.ndarray]) -> np.ndarray:
     """A platform's state vector: [user (1), candidate features (N), last H engagements (H n)].
 
-    No document ids (spec 2.7). A platform without feedback has no engagement history.
+    No document ids (docs/fedslate.md, "Official-code quirks fixed"). A platform without feedback has no engagement history.
     """
     parts = [
         np.asarray(observations["user"], dtype=np.float32).reshape(len(observations["user"]), -1),
@@ -192,7 +192,7 @@ class Platform:
         self._label = None
 
     def send_target_q_values(self) -> None:
-        """Q_k^-(s'_k): the target net on the *next* states (spec 2.7)."""
+        """Q_k^-(s'_k): the target net on the *next* states (docs/fedslate.md, "Official-code quirks fixed")."""
         with torch.no_grad():
             q = self.target_network(self._norm(self._batch["next_state"])).numpy()
         self.channel.send(MessageKind.TARGET_Q_VALUES, self.name, SERVER, q)

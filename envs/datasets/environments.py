@@ -802,7 +802,8 @@ _INTERACTION_ARGS = """``dataset``, ``data_dir=None``, ``num_candidates=20``, ``
 
 
 class LoggedInteractionEnv(_InteractionStepper, gym.Env[Observation, np.ndarray]):
-    (
+    # built from shared parts, so assigned: a concatenation is not a docstring
+    __doc__ = (
         r"""Replay a logged data set as slate recommendation: an episode is a user.
 
     ## Description
@@ -1112,7 +1113,7 @@ def make_logged_env(
 def make_logged_vector_env(
     num_envs: int = 1, *, dataset: str, mode: Mode = "interaction", **kwargs: Any
 ) -> LoggedInteractionVectorEnv | LoggedEvaluationVectorEnv:
-    """The native vector env of ``dataset`` in ``mode`` (the spec's ``vector_entry_point``)."""
+    """The native vector env of ``dataset`` in ``mode`` (the EnvSpec's ``vector_entry_point``)."""
     if mode == "interaction":
         return LoggedInteractionVectorEnv(num_envs, dataset, **kwargs)
     if mode == "evaluation":

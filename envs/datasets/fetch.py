@@ -29,8 +29,8 @@ from typing import Literal
 from fedrec.envs.datasets.catalog import DatasetSpec, data_root, load, spec_of
 
 RECBOLE_REQUIREMENT = "recbole==1.2.1"
-#: SHA-256 of the atomic files inside the recbole 1.2.1 wheel (the .inter value is also in the
-#: FedNCF spec; all three were measured on the wheel).
+#: SHA-256 of the atomic files inside the recbole 1.2.1 wheel (all three were measured on the
+#: wheel; docs/datasets.md, "MovieLens 100K from RecBole's wheel").
 RECBOLE_ML100K_SHA256 = {
     "ml-100k.inter": "4edb74e2a81178c2ba9ff381495f754f996c4aea351b1272ca36b43da0935eff",
     "ml-100k.item": "51d7cdf777ce5c0f5b32c1d947a4a81fe07d75e78abbe761e0cd4d0756064532",

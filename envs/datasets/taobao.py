@@ -1,6 +1,6 @@
 """Taobao display-ad impressions as a Gymnasium environment: score each logged impression.
 
-Features follow the 9 / 6 / 2 split of the FEL spec: 8 public user-profile fields (the 9th,
+Features follow the 9 / 6 / 2 split of docs/datasets.md ("Taobao display ads"): 8 public user-profile fields (the 9th,
 ``userid``, is ``user_id``), the ad's 5 sparse ids plus its log price, and the context (``pid``
 and day of week in Asia/Shanghai). Impressions whose user has no profile row or whose ad has no
 feature row are **kept** with zero features (the counts are in :attr:`TaobaoData.report`).
@@ -281,7 +281,8 @@ _VECTOR_CARD = """
 
 
 class TaobaoAdsEnv(gym.Env[Observation, np.ndarray]):
-    (
+    # built from shared parts, so assigned: a concatenation is not a docstring
+    __doc__ = (
         r"""Score logged Taobao display-ad impressions; the reward is the logged click.
 
     ## Description

@@ -157,6 +157,13 @@ def resolve_multi_platform_agent(name: str) -> tuple[type, dict[str, Any]]:
     return cls, dict(spec.presets) if spec is not None else {}
 
 
+def build_multi_platform_agent(name: str, env: Any, *, seed: int = 0, **overrides: Any) -> Any:
+    """The multi-platform agent ``name`` (built-in, ``module:Class`` or ``file.py:Class``) for the
+    batched multi-platform ``env``, with its presets and ``overrides`` of its Config."""
+    cls, presets = resolve_multi_platform_agent(name)
+    return cls.from_env(env, config=make_config(cls, {**presets, **overrides}), seed=seed)
+
+
 def is_multi_platform_agent(name: str) -> bool:
     """True for a multi-platform built-in name or class (a name in both tables: False)."""
     if name in AGENTS:

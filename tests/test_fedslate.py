@@ -13,9 +13,9 @@ from fedrec.agents.fedslate import (
     FedSlateAgent,
     FedSlateConfig,
     Platform,
-    make_agent,
     platform_state,
 )
+from fedrec.agents.registry import build_multi_platform_agent
 from fedrec.envs.multi_platform import ChocKaleMultiPlatformBatchEnv
 from fedrec.federation.channel import InProcessTransport
 from fedrec.federation.messages import SERVER, Message, MessageKind, PrivacyViolation
@@ -237,7 +237,7 @@ def test_variants_construct_and_run() -> None:
     exp = _agent(both, method="fedslate_exp")
     _play(exp, both, 40)
     assert exp.server.updates == 2 * exp.rounds
-    random = make_agent("random", env, seed=0)
+    random = build_multi_platform_agent("random", env, seed=0)
     obs, _ = env.reset(seed=0)
     slates = random.explore(obs)
     assert all(np.unique(s, axis=None).size >= 3 for s in slates.values())

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from fedrec.agents.multi_platform import MultiPlatformAgent
-from fedrec.agents.registry import make_config, resolve_multi_platform_agent
+from fedrec.agents.registry import build_multi_platform_agent
 from fedrec.eval.rollout import EVAL_SEED_OFFSET
 from fedrec.train.core import Trainer, config_dict, default_config_dict
 
@@ -108,9 +108,9 @@ def make_env(config: MultiPlatformTrainConfig, num_users: int | None = None) -> 
 
 def build_agent(config: MultiPlatformTrainConfig, env: Any) -> MultiPlatformAgent:
     """The agent named by ``config.method``, with its presets and ``config.agent_kwargs``."""
-    cls, presets = resolve_multi_platform_agent(config.method)
-    agent_config = make_config(cls, {**presets, **dict(config.agent_kwargs)})
-    return cls.from_env(env, config=agent_config, seed=config.seed)
+    return build_multi_platform_agent(
+        config.method, env, seed=config.seed, **dict(config.agent_kwargs)
+    )
 
 
 class MultiPlatformTrainer(Trainer):

@@ -45,7 +45,7 @@ from fedrec.agents.fedslate.config import (
     Method,
     Observations,
 )
-from fedrec.agents.fedslate.method import ALL_METHODS, FedSlateAgent, make_agent
+from fedrec.agents.fedslate.method import FedSlateAgent
 from fedrec.agents.fedslate.networks import (
     ACTIVATIONS,
     LOCAL_NETWORKS,
@@ -60,7 +60,6 @@ from fedrec.agents.replay import PlatformReplay
 
 __all__ = [
     "ACTIVATIONS",
-    "ALL_METHODS",
     "FEDERATED_METHODS",
     "LOCAL_NETWORKS",
     "METHODS",
@@ -75,7 +74,6 @@ __all__ = [
     "Platform",
     "PlatformReplay",
     "RandomMultiPolicy",
-    "make_agent",
     "platform_state",
     "smooth_l1_and_grad",
 ]

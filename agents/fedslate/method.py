@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from fedrec.agents.fedslate.config import METHODS, FedSlateConfig, Observations
+from fedrec.agents.fedslate.config import FedSlateConfig, Observations
 from fedrec.agents.fedslate.platform import Platform, platform_state
 from fedrec.agents.fedslate.server import FederatedServer
-from fedrec.agents.multi_platform import MultiPlatformAgent, RandomMultiPolicy
+from fedrec.agents.multi_platform import MultiPlatformAgent
 from fedrec.envs.choc_kale_model import ChocKaleParams
 from fedrec.federation.channel import Transport
 from fedrec.federation.messages import PrivacyViolation
@@ -261,21 +261,3 @@ class FedSlateAgent(MultiPlatformAgent):
         self.rounds = int(state["rounds"])
         self.target_syncs = int(state["target_syncs"])
         self._train_debt = int(state["train_debt"])
-
-
-#: Method names accepted by :func:`make_agent` (``random`` plus :data:`METHODS`).
-ALL_METHODS: tuple[str, ...] = (*METHODS, "random")
-
-
-def make_agent(
-    method: str, env: Any, *, seed: int = 0, config: FedSlateConfig | None = None, **overrides: Any
-) -> FedSlateAgent | RandomMultiPolicy:
-    """The agent for ``method`` on ``env`` (``random`` or a :class:`FedSlateConfig` method)."""
-    if method == "random":
-        return RandomMultiPolicy.from_env(env, seed=seed)
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose from {ALL_METHODS}")
-    base = config if config is not None else FedSlateConfig()
-    return FedSlateAgent.from_env(
-        env, config=dataclasses.replace(base, method=method, **overrides), seed=seed
-    )

@@ -41,8 +41,9 @@ builds it from the batched multi-platform env.
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -181,4 +182,33 @@ class RandomMultiPolicy(MultiPlatformAgent):
         return {
             name: random_slates(self.rng, users, p.num_candidates, p.slate_size)
             for name in self.names
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class HeuristicConfig:
+    rule: Literal["top_x", "bottom_x"] = dataclasses.field(
+        default="top_x",
+        metadata={"help": "top_x: the n largest-feature candidates; bottom_x: the n smallest"},
+    )
+
+    def __post_init__(self) -> None:
+        if self.rule not in ("top_x", "bottom_x"):
+            raise ValueError(f"rule must be 'top_x' or 'bottom_x', got {self.rule!r}")
+
+
+class HeuristicMultiPolicy(MultiPlatformAgent):
+    """A fixed heuristic on every platform: ``top_x`` (the n candidates with the largest feature)
+    or ``bottom_x`` (the smallest). No learning, no oracle, nothing crosses a party boundary."""
+
+    Config = HeuristicConfig
+
+    def act(self, observations: Observations) -> Slates:
+        sign = -1.0 if self.config.rule == "top_x" else 1.0
+        n = self.params.slate_size
+        return {
+            name: np.argsort(sign * np.asarray(obs["candidates"])[..., 0], axis=1, kind="stable")[
+                :, :n
+            ].astype(np.int64)
+            for name, obs in observations.items()
         }

@@ -1,7 +1,10 @@
-"""Reference policies for Choc-vs-Kale: random, myopic and the optimal planner.
+"""Reference policies for Choc-vs-Kale: random, the two fixed heuristics, myopic and the planner.
 
 They implement :class:`fedrec.agents.base.SlateAgent`, so every benchmark can report an agent's
-return beside them and its regret against the planner. The myopic policy and the planner are
+return beside them and its regret against the planner. The heuristics ``top_x`` (the n candidates
+with the largest feature x, largest first) and ``bottom_x`` (its mirror) neither learn nor read
+the user's state; in the papers' settings ``top_x`` is (nearly) the planner's slate, so a learning
+claim is a claim over the best heuristic, not over random. The myopic policy and the planner are
 *oracles*: they read the user's true state from the env's info (``user_exposure``,
 ``user_satisfaction``, ``budget_left``), which learners must not use.
 """
@@ -48,6 +51,30 @@ class RandomPolicy(SlateAgent):
         features = _features(observations)
         keys = self.rng.random(features.shape)
         return np.argsort(keys, axis=1)[:, : self.slate_size].astype(np.int64)
+
+
+class HighestFeaturePolicy(SlateAgent):
+    """``top_x``: the n candidates with the largest feature, largest first (no learning, no
+    oracle; ties keep candidate order)."""
+
+    def act_batch(self, observations: Observation, *, infos: Info | None = None) -> np.ndarray:
+        order = np.argsort(-_features(observations), axis=1, kind="stable")
+        return order[:, : self.slate_size].astype(np.int64)
+
+
+class LowestFeaturePolicy(SlateAgent):
+    """``bottom_x``: the mirror of :class:`HighestFeaturePolicy` (smallest feature first)."""
+
+    def act_batch(self, observations: Observation, *, infos: Info | None = None) -> np.ndarray:
+        order = np.argsort(_features(observations), axis=1, kind="stable")
+        return order[:, : self.slate_size].astype(np.int64)
+
+
+#: The fixed heuristics by name.
+HEURISTICS: dict[str, type[SlateAgent]] = {
+    "top_x": HighestFeaturePolicy,
+    "bottom_x": LowestFeaturePolicy,
+}
 
 
 class _ValueGreedyPolicy(SlateAgent):
@@ -174,7 +201,10 @@ def reference_policies(params: ChocKaleParams, *, seed: int = 0) -> dict[str, Sl
 
 
 __all__ = [
+    "HEURISTICS",
+    "HighestFeaturePolicy",
     "JointReferencePolicy",
+    "LowestFeaturePolicy",
     "MyopicPolicy",
     "OptimalPlanner",
     "RandomPolicy",

@@ -27,6 +27,8 @@ AGENTS: dict[str, str] = {
     "random": "fedrec.agents.reference:RandomPolicy",
     "myopic": "fedrec.agents.reference:MyopicPolicy",
     "planner": "fedrec.agents.reference:OptimalPlanner",
+    "top_x": "fedrec.agents.reference:HighestFeaturePolicy",
+    "bottom_x": "fedrec.agents.reference:LowestFeaturePolicy",
     "popularity": "fedrec.agents.logged_baselines:PopularityAgent",
 }
 
@@ -56,6 +58,16 @@ MULTI_PLATFORM_AGENTS: dict[str, AgentSpec] = {
         _FEDSLATE, {"method": "slateq"}, "per-platform SlateQ, no federation (SlateQ-local)"
     ),
     "random": AgentSpec("fedrec.agents.multi_platform:RandomMultiPolicy"),
+    "top_x": AgentSpec(
+        "fedrec.agents.multi_platform:HeuristicMultiPolicy",
+        {"rule": "top_x"},
+        "fixed heuristic: the n largest-feature candidates",
+    ),
+    "bottom_x": AgentSpec(
+        "fedrec.agents.multi_platform:HeuristicMultiPolicy",
+        {"rule": "bottom_x"},
+        "fixed heuristic: the n smallest-feature candidates",
+    ),
     "fedslate_linear": AgentSpec(
         _FEDSLATE,
         {"method": "fedslate", "global_network": "linear"},

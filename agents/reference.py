@@ -192,9 +192,12 @@ class JointReferencePolicy:
 
 
 def reference_policies(params: ChocKaleParams, *, seed: int = 0) -> dict[str, SlateAgent]:
-    """The three reference policies for an env's parameters, by name."""
+    """The reference policies for an env's parameters, by name: random, the fixed heuristics
+    (``top_x``, ``bottom_x``), and the oracles (myopic, planner)."""
     return {
         "random": RandomPolicy(slate_size=params.slate_size, seed=seed),
+        "top_x": HighestFeaturePolicy(slate_size=params.slate_size, seed=seed),
+        "bottom_x": LowestFeaturePolicy(slate_size=params.slate_size, seed=seed),
         "myopic": MyopicPolicy(params, seed=seed),
         "planner": OptimalPlanner(params, seed=seed),
     }

@@ -70,7 +70,8 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
     ## Action Space
     ``MultiDiscrete([N] * n)`` (start 0): indices into the current ``candidates``. Entries must be
     distinct integers in ``[0, N)``; a wrong length, an out-of-range or repeated index, or a
-    non-integer dtype raises ``ValueError``. (RecSim silently accepts duplicates and short slates.)
+    non-integer dtype raises ``ValueError`` before the env changes or draws anything. (RecSim
+    silently accepts duplicates and short slates.)
 
     ## Observation Space
     A flat ``Dict`` of float32 ``Box``\ es:

@@ -11,7 +11,7 @@ from gymnasium.vector.utils import batch_space
 from fedrec.envs.choc_kale import Observation, observation_space
 from fedrec.envs.choc_kale_model import make_params
 from fedrec.envs.choc_kale_sim import ChocKaleSimulator
-from fedrec.envs.slates import SlateBatchSpace, SlateSpace, validate_slates
+from fedrec.envs.slates import SlateBatchSpace, SlateSpace, reject_finished, validate_slates
 from fedrec.envs.state import StateReader, generator_state
 from fedrec.envs.vector_utils import (
     check_vector_args,
@@ -30,7 +30,12 @@ class ChocKaleVectorEnv(VectorEnv):
 
     :param num_envs: number of users.
     :param autoreset_mode: ``NEXT_STEP`` (default), ``SAME_STEP`` or ``DISABLED`` (Gymnasium 1.x
-        semantics; declared in ``metadata["autoreset_mode"]``).
+        semantics; declared in ``metadata["autoreset_mode"]``). With ``DISABLED``, stepping a
+        user whose episode has ended before ``reset(options={"reset_mask": ...})`` raises
+        :class:`~fedrec.envs.slates.FinishedEpisodeError` (a ``ValueError``).
+
+    Every action is validated in full (:func:`~fedrec.envs.slates.validate_slates`) before the
+    env changes or draws anything, so a rejected step (``ValueError``) leaves it as it was.
     :param max_episode_steps: optional truncation (``gymnasium.make_vec`` passes the EnvSpec's value);
         episodes otherwise end by termination when the time budget is spent.
     :param kwargs: any :class:`~fedrec.envs.choc_kale_model.ChocKaleParams` field.
@@ -69,7 +74,6 @@ class ChocKaleVectorEnv(VectorEnv):
         self._sim = ChocKaleSimulator(self.params, num_users=num_envs)
         self._steps = np.zeros(num_envs, dtype=np.int64)
         self._autoreset = np.zeros(num_envs, dtype=bool)
-        self._default_slate = np.arange(self.params.slate_size)
         self._started = False
 
     @property
@@ -93,24 +97,27 @@ class ChocKaleVectorEnv(VectorEnv):
     ) -> tuple[Observation, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         if not self._started:
             raise RuntimeError("call reset() before step()")
-        p, sim = self.params, self._sim
-        resetting = self._autoreset if self.autoreset_mode == AutoresetMode.NEXT_STEP else None
-        if resetting is not None and resetting.any():
-            # Gymnasium NEXT_STEP: users whose episode ended last step are reset, their actions ignored.
-            slates = np.array(actions, copy=True)
-            slates[resetting] = self._default_slate
-            sim.reset(self.np_random, resetting)
-            self._steps[resetting] = 0
-            active = ~resetting
-        else:
-            slates, active = actions, None
+        p, sim, mode = self.params, self._sim, self.autoreset_mode
+        if mode == AutoresetMode.DISABLED:
+            reject_finished(self._autoreset)
+        # Gymnasium NEXT_STEP: users whose episode ended last step are reset, their actions ignored.
+        resetting = self._autoreset if mode == AutoresetMode.NEXT_STEP else None
+        if resetting is not None and not resetting.any():
+            resetting = None
+        # The whole action is checked before anything changes or any number is drawn.
         slates = validate_slates(
-            slates,
+            actions,
             num_candidates=p.num_candidates,
             slate_size=p.slate_size,
             batch_size=self.num_envs,
             who="slates",
+            ignore=resetting,
         )
+        active = None
+        if resetting is not None:
+            sim.reset(self.np_random, resetting)
+            self._steps[resetting] = 0
+            active = ~resetting
         outcome = sim.visit(self.np_random, 0, slates, active)
         self._steps += outcome.visited
         rewards = outcome.engagement
@@ -121,7 +128,7 @@ class ChocKaleVectorEnv(VectorEnv):
         done = terminated | truncated
         info = self._info(outcome.clicked_slot)
 
-        if self.autoreset_mode == AutoresetMode.SAME_STEP and done.any():
+        if mode == AutoresetMode.SAME_STEP and done.any():
             info["final_obs"] = sim.observation(self.np_random)
             info["_final_obs"] = done.copy()
             info["final_info"] = self._info(outcome.clicked_slot)
@@ -129,7 +136,8 @@ class ChocKaleVectorEnv(VectorEnv):
             sim.reset(self.np_random, done)
             self._steps[done] = 0
             info.update(self._info(np.where(done, -1, outcome.clicked_slot)))
-        elif self.autoreset_mode == AutoresetMode.NEXT_STEP:
+        elif mode != AutoresetMode.SAME_STEP:
+            # NEXT_STEP: reset at the next step; DISABLED: refuse to step them until reset()
             self._autoreset = done
         obs = sim.observation(self.np_random)
         return obs, rewards, terminated, truncated, info

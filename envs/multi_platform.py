@@ -154,7 +154,7 @@ class ChocKaleMultiPlatformBatchEnv:
         """One joint step: the user visits every platform once, in order."""
         if not self._running:
             raise RuntimeError("call reset() before step(), and again after the episode ends")
-        slates = self._validate(actions)
+        slates = self._validate(actions)  # every platform's slates, before any change
         sim, rng = self._sim, self.np_random
         engagement = np.zeros((self.num_platforms, self.num_users))
         clicked = []
@@ -230,10 +230,13 @@ class ChocKaleMultiPlatformBatchEnv:
         self._running = running
 
     # -- internals --------------------------------------------------------------------------
-    def _validate(self, actions: dict[str, Any]) -> dict[str, np.ndarray]:
+    def _validate(self, actions: object, *, batched: bool = True) -> dict[str, np.ndarray]:
+        """Every platform's slates, checked (nothing changes); ``batched=False``: one user's
+        slates of shape (slate_size,) (the PettingZoo env), returned with a batch axis."""
         if not isinstance(actions, dict):
             raise ValueError(
-                f"actions must be a dict keyed by platform, got {type(actions).__name__}"
+                f"actions must be a dict keyed by platform {self.possible_agents}, "
+                f"got {type(actions).__name__} ({actions!r:.80})"
             )
         missing = [agent for agent in self.possible_agents if agent not in actions]
         unknown = [agent for agent in actions if agent not in self.feedback]
@@ -243,16 +246,17 @@ class ChocKaleMultiPlatformBatchEnv:
                 f"missing {missing}, unknown {unknown}"
             )
         p = self.params
-        return {
+        slates = {
             agent: validate_slates(
                 actions[agent],
                 num_candidates=p.num_candidates,
                 slate_size=p.slate_size,
-                batch_size=self.num_users,
+                batch_size=self.num_users if batched else None,
                 who=f"slate of {agent}",
             )
             for agent in self.possible_agents
         }
+        return slates if batched else {agent: slate[None] for agent, slate in slates.items()}
 
     def _rewards(self, engagement: np.ndarray, *, episode_over: bool) -> dict[str, np.ndarray]:
         if self.reward_mode == "individual":
@@ -303,7 +307,8 @@ class ChocKaleMultiPlatformEnv(ParallelEnv):
 
     ## Action Space
     Per platform ``MultiDiscrete([N] * n)``: distinct indices into that platform's candidates.
-    Every platform must act every joint step; bad slates raise ``ValueError`` naming the platform.
+    Every platform must act every joint step; bad slates raise ``ValueError`` naming the platform,
+    and so does anything but a dict with exactly one slate per platform, before anything changes.
 
     ## Observation Space
     Per platform a flat ``Dict``: ``candidates`` (N, 1) and ``user`` (1,) (satisfaction plus
@@ -407,8 +412,8 @@ class ChocKaleMultiPlatformEnv(ParallelEnv):
     ]:
         if not self.agents:
             raise RuntimeError("call reset() before step(), and again after the episode ends")
-        batched = {agent: np.asarray(action)[None] for agent, action in actions.items()}
-        obs, rewards, terminations, truncations, infos = self.batch.step(batched)
+        slates = self.batch._validate(actions, batched=False)  # before any change
+        obs, rewards, terminations, truncations, infos = self.batch.step(slates)
         if terminations[self.possible_agents[0]][0] or truncations[self.possible_agents[0]][0]:
             self.agents = []
         return (

@@ -6,6 +6,32 @@ import numpy as np
 from gymnasium import spaces
 
 
+class FinishedEpisodeError(ValueError, RuntimeError):
+    """A step for sub-envs whose episode has ended, in a vector env with autoreset ``DISABLED``.
+
+    Gymnasium's ``DISABLED`` mode requires ``reset(options={"reset_mask": ...})`` first. It is a
+    ``ValueError`` (the action is refused, nothing changes) and, for code written against the
+    earlier error, a ``RuntimeError``.
+    """
+
+
+def reject_finished(finished: np.ndarray) -> None:
+    """Raise :class:`FinishedEpisodeError` naming the sub-envs in ``finished`` (if any)."""
+    if finished.any():
+        raise FinishedEpisodeError(
+            f"sub-envs {np.flatnonzero(finished).tolist()} have finished; with autoreset "
+            "DISABLED reset them first (reset(options={'reset_mask': mask}))"
+        )
+
+
+def _as_array(action: object, who: str) -> np.ndarray:
+    """``np.asarray(action)``, with NumPy's errors (ragged lists, odd objects) named."""
+    try:
+        return np.asarray(action)
+    except (TypeError, ValueError, OverflowError) as error:
+        raise ValueError(f"{who} is not an array of numbers ({action!r:.80}): {error}") from error
+
+
 def validate_slates(
     action: object,
     *,
@@ -13,16 +39,20 @@ def validate_slates(
     slate_size: int,
     batch_size: int | None = None,
     who: str = "slate",
+    ignore: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Check and return slates as an int64 array.
+    """Check and return slates as an int64 array; nothing is changed and nothing is drawn.
 
     :param action: one slate of shape (slate_size,) when ``batch_size`` is None, else a batch of
         shape (batch_size, slate_size). Entries are indices into the current candidate list.
     :param who: how the error message names the action (e.g. ``"slate of platform_b"``).
-    :raises ValueError: wrong dtype, wrong shape, index out of range or a repeated item.
+    :param ignore: (batch_size,) bool mask of rows the env ignores (sub-envs being autoreset in
+        Gymnasium's ``NEXT_STEP`` mode): their dtype and shape are checked with the rest, their
+        values are not, and the returned copy holds the slate ``0, 1, ..., slate_size - 1`` there.
+    :raises ValueError: not an integer array, wrong shape, index out of range or a repeated item.
     """
-    array = np.asarray(action)
-    if array.dtype.kind not in "iu":
+    array = _as_array(action, who)
+    if array.dtype.kind not in "iu" and array.size:
         raise ValueError(
             f"{who} must hold integer candidate indices, got dtype {array.dtype} ({action!r:.80})"
         )
@@ -33,6 +63,9 @@ def validate_slates(
         raise ValueError(
             f"{who} has {what} {got}, expected shape {expected} (slate_size={slate_size})"
         )
+    if ignore is not None and ignore.any():
+        array = array.astype(np.int64)  # a copy: the caller's array is left alone
+        array[ignore] = np.arange(slate_size)
     batch = array.reshape(-1, slate_size)
     low, high = batch.min(), batch.max()
     if low < 0 or high >= num_candidates:
@@ -52,6 +85,45 @@ def validate_slates(
                 "a slate must list distinct candidates"
             )
     return batch.astype(np.int64, copy=False).reshape(expected)
+
+
+def validate_scores(
+    action: object,
+    shape: tuple[int, ...],
+    *,
+    low: float = 0.0,
+    high: float = 1.0,
+    who: str = "action",
+    ignore: np.ndarray | None = None,
+) -> np.ndarray:
+    """Check scores in ``[low, high]`` (a ``Box`` action) and return them as float64, flat.
+
+    ``action`` is a real (integer or float, not bool) array of ``shape``, or of the same size
+    and fewer dimensions (a scalar for shape (1,), shape (B,) for (B, 1)). ``ignore`` is a
+    (shape[0],) mask of rows being autoreset: their values are not checked (they may be NaN).
+
+    :raises ValueError: non-numeric, wrong shape, NaN or infinite, or outside ``[low, high]``.
+    """
+    array = _as_array(action, who)
+    if array.dtype.kind not in "iuf":
+        raise ValueError(
+            f"{who} must be real scores in [{low}, {high}], got dtype {array.dtype} "
+            f"({action!r:.80})"
+        )
+    size = int(np.prod(shape))
+    if array.shape != shape and array.size == size and array.ndim <= len(shape):
+        array = array.reshape(shape)
+    if array.shape != shape:
+        raise ValueError(f"{who} must be scores of shape {shape}, got shape {array.shape}")
+    score = array.astype(np.float64, copy=False)
+    checked = score if ignore is None or not ignore.any() else score[~ignore]
+    if not np.isfinite(checked).all():
+        raise ValueError(f"{who} must be finite scores of shape {shape}, got {action!r:.80}")
+    if checked.size and (checked.min() < low or checked.max() > high):
+        raise ValueError(
+            f"{who} holds a score outside [{low}, {high}] (the action space), got {action!r:.80}"
+        )
+    return score.reshape(-1)
 
 
 class SlateSpace(spaces.MultiDiscrete):

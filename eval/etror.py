@@ -253,6 +253,9 @@ class FinalEval:
     #: agent - random on the same held-out episodes (paired), the question for a platform
     #: without feedback: did it learn anything at all?
     gain_over_random: Estimate | None = None
+    #: agent - top_x (the fixed highest-feature heuristic), paired: did it learn anything a
+    #: fixed rule does not already do?
+    gain_over_top_x: Estimate | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,12 +324,18 @@ class RunLog:
             if (agent is not None and "random" in found)
             else None
         )
+        heuristic = (
+            regret(agent, found["top_x"], confidence=confidence)[0]
+            if (agent is not None and "top_x" in found)
+            else None
+        )
         return FinalEval(
             agent=agent,
             references=found,
             regret=None if result is None else result[0],
             regret_method="" if result is None else result[1],
             gain_over_random=gain,
+            gain_over_top_x=heuristic,
         )
 
 
@@ -493,6 +502,8 @@ class SeriesSummary:
     band: str
     #: final greedy eval - random, paired on held-out episodes per seed, then across seeds
     gain_over_random: Estimate | None = None
+    #: final greedy eval - top_x (the fixed highest-feature heuristic), paired likewise
+    gain_over_top_x: Estimate | None = None
     #: every episode return and final-evaluation value of the series lies in [0, 1]: a rate such
     #: as HR@10 on a leave-one-out evaluation env (tables print it with 4 decimals, not 1)
     unit_interval: bool = False
@@ -504,6 +515,10 @@ class SeriesSummary:
     @property
     def random(self) -> Estimate | None:
         return self.references.get("random")
+
+    @property
+    def top_x(self) -> Estimate | None:
+        return self.references.get("top_x")
 
 
 @dataclass(frozen=True, eq=False)
@@ -656,6 +671,7 @@ def aggregate(
             agents = [f.agent.estimate for f in finals if f.agent is not None]
             regrets = [f.regret for f in finals if f.regret is not None]
             gains = [f.gain_over_random for f in finals if f.gain_over_random is not None]
+            over_top_x = [f.gain_over_top_x for f in finals if f.gain_over_top_x is not None]
             refs = sorted({name for f in finals for name in f.references})
             episodes, mean, low, high, band = mean_curve(
                 [(c.episodes, c.values) for c in curves], confidence=confidence
@@ -684,6 +700,7 @@ def aggregate(
                 curve_high=high,
                 band=band,
                 gain_over_random=_seed_estimate(gains, confidence=confidence),
+                gain_over_top_x=_seed_estimate(over_top_x, confidence=confidence),
                 unit_interval=in_unit_interval(having, series),
             )
         summaries.append(GroupSummary(key, labels[key], members, per_series))

@@ -727,11 +727,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console()
-    try:
-        config = config_from_args(args)
-    except ValueError as error:
-        console.print(f"[red]error:[/red] {error}")
-        return 2
+    # a bad option raises ValueError: cli.main prints one line on stderr and exits 2
+    config = config_from_args(args)
     summary = run_bench(config, log=console.print)
     render(summary, console)
     console.print(

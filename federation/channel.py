@@ -5,6 +5,16 @@ it to a :class:`Transport` and counts the bytes each party sends and receives. T
 interface: :class:`InProcessTransport` (FIFO queues in this process) is the default, and a real
 engine (gRPC, MPI, ...) implements the same two methods to carry the same messages.
 
+Validation cannot be bypassed: a refused send raises before any counter changes or anything is
+queued; a ``Message`` can only be built by ``Message.make``; and :meth:`Channel.receive`
+validates what the transport hands over again (a message put on the transport directly, or
+altered on the way, is refused with :class:`InvalidMessage` and dropped). Every message is limited
+in size (``max_message_bytes``, ``max_message_rows``; defaults
+:data:`~fedrec.federation.messages.DEFAULT_MAX_MESSAGE_BYTES` = 64 MiB and
+:data:`~fedrec.federation.messages.DEFAULT_MAX_MESSAGE_ROWS` = 65,536 rows, far above the
+largest message of the built-in FedSlate). A receive that expects another kind than the next
+message's raises :class:`InvalidMessage` and leaves that message queued.
+
 Accounting is per party and per episode: :meth:`Channel.end_episode` closes the current episode's
 counters (``episodes`` user-episodes were played in it: a batched env plays several users at
 once), and :meth:`Channel.table` prints mean bytes and messages per user-episode and party.
@@ -19,7 +29,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedrec.federation.messages import SERVER, InvalidMessage, Message, MessageKind
+from fedrec.federation.messages import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_MAX_MESSAGE_ROWS,
+    SERVER,
+    InvalidMessage,
+    Message,
+    MessageKind,
+    PrivacyViolation,
+)
 
 
 class Transport(abc.ABC):
@@ -36,6 +54,26 @@ class Transport(abc.ABC):
     def pending(self) -> int:
         """Messages sent but not yet collected (0 for transports that cannot tell)."""
         return 0
+
+    def peek(self, receiver: str) -> Message:
+        """The oldest undelivered message for ``receiver``, left for :meth:`take` (raise
+        ``LookupError`` if none).
+
+        The default collects it and holds it back in this object until :meth:`take`; a
+        transport that can look at its queue without removing from it overrides both.
+        """
+        held: dict[str, Message] = self.__dict__.setdefault("_held_back", {})
+        if receiver not in held:
+            held[receiver] = self.collect(receiver)
+        return held[receiver]
+
+    def take(self, receiver: str) -> Message:
+        """Remove and return the oldest undelivered message for ``receiver`` (what
+        :meth:`peek` returned)."""
+        held: dict[str, Message] | None = self.__dict__.get("_held_back")
+        if held and receiver in held:
+            return held.pop(receiver)
+        return self.collect(receiver)
 
 
 class InProcessTransport(Transport):
@@ -54,6 +92,15 @@ class InProcessTransport(Transport):
         if not queue:
             raise LookupError(f"no message waiting for {receiver!r}")
         return queue.popleft()
+
+    def peek(self, receiver: str) -> Message:
+        queue = self.queues.get(receiver)
+        if not queue:
+            raise LookupError(f"no message waiting for {receiver!r}")
+        return queue[0]
+
+    def take(self, receiver: str) -> Message:
+        return self.collect(receiver)
 
     def pending(self) -> int:
         return sum(len(q) for q in self.queues.values())
@@ -84,6 +131,13 @@ class Channel:
     :param platforms: the platform parties (the server is :data:`SERVER`).
     :param num_candidates: N, checked against the trailing size of every Q-like payload.
     :param transport: how messages travel (default :class:`InProcessTransport`).
+    :param max_message_bytes: the largest payload of one message, in bytes (default
+        :data:`~fedrec.federation.messages.DEFAULT_MAX_MESSAGE_BYTES`, 64 MiB: 67x the largest
+        message of the built-in FedSlate, Q values of 500 candidates for a 500-user evaluation
+        batch; ``None``: no limit).
+    :param max_message_rows: the most rows (users, replay rows) of one payload (default
+        :data:`~fedrec.federation.messages.DEFAULT_MAX_MESSAGE_ROWS`, 65,536; ``None``: no
+        limit). A larger message is refused with :class:`InvalidMessage`.
     """
 
     def __init__(
@@ -92,10 +146,22 @@ class Channel:
         *,
         num_candidates: int,
         transport: Transport | None = None,
+        max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
+        max_message_rows: int | None = DEFAULT_MAX_MESSAGE_ROWS,
     ) -> None:
         self.platforms = list(platforms)
         self.parties = [SERVER, *self.platforms]
         self.num_candidates = int(num_candidates)
+        for name, limit in (
+            ("max_message_bytes", max_message_bytes),
+            ("max_message_rows", max_message_rows),
+        ):
+            if limit is not None and (
+                isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+            ):
+                raise ValueError(f"{name} must be a positive int or None, got {limit!r}")
+        self.max_message_bytes = max_message_bytes
+        self.max_message_rows = max_message_rows
         self.transport = transport if transport is not None else InProcessTransport()
         self.current: dict[str, Traffic] = {p: Traffic() for p in self.parties}
         self.total: dict[str, Traffic] = {p: Traffic() for p in self.parties}
@@ -115,6 +181,8 @@ class Channel:
             step=self.step,
             payload=payload,
             num_candidates=self.num_candidates,
+            max_bytes=self.max_message_bytes,
+            max_rows=self.max_message_rows,
         )
         out, into = self.current[sender], self.current[receiver]
         out.sent_bytes += message.nbytes
@@ -126,13 +194,39 @@ class Channel:
         return message
 
     def receive(self, receiver: str, kind: MessageKind) -> np.ndarray:
-        """The payload of ``receiver``'s next message, which must be of ``kind`` (read-only)."""
-        message = self.transport.collect(receiver)
+        """The payload of ``receiver``'s next message, which must be of ``kind`` (read-only).
+
+        The message is validated again here (whatever the transport): one that is not a valid
+        :class:`Message` for ``receiver`` is taken off the queue and refused with
+        :class:`InvalidMessage`. A valid message of another kind is refused with
+        :class:`InvalidMessage` and stays queued (the protocol is out of order; nothing is lost).
+        Raises ``LookupError`` when no message is waiting.
+        """
+        message = self.transport.peek(receiver)
+        try:
+            if not isinstance(message, Message):
+                raise InvalidMessage(
+                    f"{receiver!r} was handed a {type(message).__name__}, not a Message"
+                )
+            message.validate(
+                num_candidates=self.num_candidates,
+                max_bytes=self.max_message_bytes,
+                max_rows=self.max_message_rows,
+            )
+            if message.receiver != receiver or message.sender not in self.current:
+                raise InvalidMessage(
+                    f"{receiver!r} was handed a message from {message.sender!r} to "
+                    f"{message.receiver!r}"
+                )
+        except (InvalidMessage, PrivacyViolation):
+            self.transport.take(receiver)  # drop the invalid message: it is never delivered
+            raise
         if message.kind is not kind:
             raise InvalidMessage(
                 f"{receiver!r} expected {kind.name} but the next message is {message.kind.name} "
-                f"from {message.sender!r} (protocol out of order)"
+                f"from {message.sender!r} (protocol out of order; it stays queued)"
             )
+        self.transport.take(receiver)
         return message.payload
 
     def end_episode(self, episodes: int = 1) -> None:

@@ -19,11 +19,21 @@ Privacy-Preserving Machine Learning" (CCS 2017), with its dropout recovery:
    exactly Σ_{k∈U3} x_k. With fewer than t survivors or responders it **aborts the round**
    (:class:`SecAggAborted`): the global model is kept, never a wrong aggregate.
 
+Clients may drop out at every stage (:func:`secure_sum`'s ``dropped_before_keys``,
+``dropped_before_sharing``, ``dropped_after_sharing`` and ``silent_in_unmasking``): the result is
+the exact sum of the survivors' inputs, or, with fewer than t clients left at any stage, the
+abort. A malformed contribution -- a vector that is not a 1-d integer array of the round's length
+(floats are refused, never cast), or for MF-SecAvg an update with NaN/inf, the wrong shape or
+dtype, or values outside the fixed-point range -- aborts the round too
+(:class:`MalformedContribution`, a :class:`SecAggAborted`), before any key is made.
+
 The MF-SecAvg plaintext of client k is ``[n_k θ_k | n_k | MP_k ⊙ Q_k | MP_k]`` (docs/fedncf.md
 §4), so the server obtains Σ n_k θ_k, N, the per-item sums over touched rows and the per-item
 counts c_i, and nothing per client. Fixed point: reals are scaled by 2^fraction_bits and rounded,
 integers (n_k, MP_k) are sent as they are; sums are exact modulo 2^64, so the secure aggregate
-equals MF-FedAvg up to the rounding of each client's values (≤ C · 2^-(fraction_bits+1)).
+equals MF-FedAvg up to the rounding of each client's values (≤ C · 2^-(fraction_bits+1)). The
+quantisation happens in one place, :func:`mf_secavg_vector` (through :func:`encode_fixed_point`);
+:func:`secure_sum` itself only adds integers.
 """
 
 from __future__ import annotations
@@ -51,7 +61,13 @@ _WORD_BYTES = 8
 
 
 class SecAggAborted(RuntimeError):
-    """The round was aborted: too few clients survived to unmask the sum (no aggregate)."""
+    """The round was aborted: too few clients survived to unmask the sum, or a client's
+    contribution was malformed (no aggregate; the caller keeps its global model)."""
+
+
+class MalformedContribution(SecAggAborted):
+    """A client's input cannot enter the secure sum (wrong dtype or shape, NaN/inf, out of the
+    fixed-point range): the round is aborted before it starts."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -114,9 +130,12 @@ def _pair_info(label: bytes, round_id: int, a: int, b: int) -> bytes:
 def encode_fixed_point(values: np.ndarray, *, fraction_bits: int, num_clients: int) -> np.ndarray:
     """Reals as two's-complement integers ``round(x · 2^fraction_bits)`` in Z_{2^64}.
 
-    :raises ValueError: if a sum of ``num_clients`` such values could overflow 2^63.
+    :raises ValueError: for NaN or inf, or if a sum of ``num_clients`` such values could
+        overflow 2^63.
     """
     values = np.asarray(values, dtype=np.float64)
+    if not np.isfinite(values).all():
+        raise ValueError("NaN or inf values cannot be encoded in fixed point")
     scaled = np.rint(values * 2.0**fraction_bits)
     limit = 2.0**63 / max(num_clients, 1)
     if not np.all(np.abs(scaled) < limit):
@@ -130,6 +149,35 @@ def encode_fixed_point(values: np.ndarray, *, fraction_bits: int, num_clients: i
 def decode_fixed_point(words: np.ndarray, *, fraction_bits: int) -> np.ndarray:
     """The reals (float64) of two's-complement fixed-point words (e.g. a sum)."""
     return np.asarray(words, dtype=np.uint64).view(np.int64).astype(np.float64) / 2.0**fraction_bits
+
+
+def client_words(vector: object, position: int) -> np.ndarray:
+    """Client ``position``'s input as uint64 words: a 1-d array of an integer dtype (signed
+    values are taken modulo 2^64, i.e. two's complement). Anything else -- floats (never cast:
+    encode reals with :func:`encode_fixed_point` first), bools, objects, other shapes -- raises
+    :class:`MalformedContribution`."""
+    if isinstance(vector, (list, tuple)) and all(
+        isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in vector
+    ):  # Python ints, converted exactly (NumPy would make [0, 2**63] float64)
+        if not all(-(2**63) <= int(x) < 2**64 for x in vector):
+            raise MalformedContribution(
+                f"client {position}: an integer outside [-2^63, 2^64) does not fit a 64-bit word"
+            )
+        return np.array([int(x) % 2**64 for x in vector], dtype=np.uint64)
+    try:
+        array = np.asarray(vector)
+    except (ValueError, TypeError, OverflowError) as error:  # ragged or not array-like
+        raise MalformedContribution(f"client {position}: input is not an array ({error})") from None
+    if array.dtype.kind not in "iu":
+        raise MalformedContribution(
+            f"client {position}: input of dtype {array.dtype}; secure sums are exact sums of "
+            "integers modulo 2^64 (encode reals in fixed point first, as MF-SecAvg does)"
+        )
+    if array.ndim != 1:
+        raise MalformedContribution(
+            f"client {position}: input must be a 1-d vector, got shape {array.shape}"
+        )
+    return array.astype(np.uint64)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -155,7 +203,7 @@ class SecAggClient:
     def __init__(self, position: int, vector: np.ndarray, *, round_id: int) -> None:
         self.position = position
         self.round_id = round_id
-        self._vector = np.asarray(vector, dtype=np.uint64)
+        self._vector = client_words(vector, position)
         self._cipher_key = X25519PrivateKey.generate()
         self._mask_key = X25519PrivateKey.generate()
         self._self_seed = secrets.token_bytes(32)
@@ -276,6 +324,17 @@ class SecureSumResult:
     """bytes one client uploads: public keys, encrypted shares, masked vector, unmask shares."""
     masked: dict[int, np.ndarray] = field(default_factory=dict)
     """the masked uploads the server received (kept for tests and inspection)."""
+    absent: list[int] = field(default_factory=list)
+    """positions that dropped before sharing their keys (nobody masked with them)."""
+
+
+def _positions(name: str, clients: Iterable[int], n: int) -> set[int]:
+    chosen = set()
+    for k in clients:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < n:
+            raise ValueError(f"{name}: client positions must be ints in [0, {n}), got {k!r}")
+        chosen.add(int(k))
+    return chosen
 
 
 def secure_sum(
@@ -283,54 +342,91 @@ def secure_sum(
     *,
     round_id: int,
     threshold: int | None = None,
+    dropped_before_keys: Iterable[int] = (),
+    dropped_before_sharing: Iterable[int] = (),
     dropped_after_sharing: Iterable[int] = (),
     silent_in_unmasking: Iterable[int] = (),
 ) -> SecureSumResult:
-    """Run one secure-aggregation round over ``vectors`` (uint64, one per client).
+    """Run one secure-aggregation round over ``vectors`` (1-d integer arrays, one per client).
 
-    ``dropped_after_sharing``: clients that shared their keys (so others masked with them) but
-    whose masked input never arrives; ``silent_in_unmasking``: survivors that do not answer the
-    unmasking request. ``threshold`` defaults to a majority, ⌊n/2⌋ + 1.
+    The sum is of integers only, exact modulo 2^64 (signed inputs are two's complement): a
+    float vector is refused, never cast -- reals are quantised before, by
+    :func:`encode_fixed_point` (which MF-SecAvg's :func:`mf_secavg_vector` calls).
 
-    :raises SecAggAborted: with fewer than ``threshold`` survivors or responders.
+    Dropouts, one set per stage of the protocol (a client drops at the first stage it is
+    listed in): ``dropped_before_keys``: never advertises its keys (round 0), so nobody masks
+    with it; ``dropped_before_sharing``: advertised its keys but never sent its shares (round 1),
+    so nobody masks with it either; ``dropped_after_sharing``: shared its keys (others masked
+    with them) but its masked input never arrives (round 2), so its masks are recovered;
+    ``silent_in_unmasking``: a survivor whose input is in the sum but who does not answer the
+    unmasking request (round 3). ``threshold`` defaults to a majority, ⌊n/2⌋ + 1.
+
+    :returns: the exact sum of the inputs of the clients whose masked input arrived.
+    :raises SecAggAborted: with fewer than ``threshold`` clients left at any stage, or
+        (:class:`MalformedContribution`) when a client's vector is not a 1-d integer array of
+        the round's length.
+    :raises ValueError: for a bad call (fewer than 2 clients, threshold or positions out of
+        range), which is the caller's error, not a client's.
     """
     n = len(vectors)
     if n < 2:
         raise ValueError("secure aggregation needs at least 2 clients")
-    length = len(vectors[0])
-    if any(len(v) != length for v in vectors):
-        raise ValueError("all client vectors must have the same length")
+    if isinstance(round_id, bool) or not isinstance(round_id, (int, np.integer)):
+        raise ValueError(f"round_id must be an integer, got {round_id!r}")
+    if not 0 <= round_id < 2**64:
+        raise ValueError(f"round_id must be in [0, 2^64), got {round_id}")
     threshold = n // 2 + 1 if threshold is None else threshold
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, np.integer)):
+        raise ValueError(f"threshold must be an integer, got {threshold!r}")
     if not 2 <= threshold <= n:
         raise ValueError(f"threshold must be in [2, {n}], got {threshold}")
-    dropped = set(dropped_after_sharing)
-    silent = set(silent_in_unmasking)
-    if not dropped | silent <= set(range(n)):
-        raise ValueError(f"dropped and silent clients must be positions in [0, {n})")
+    absent_keys = _positions("dropped_before_keys", dropped_before_keys, n)
+    absent_shares = _positions("dropped_before_sharing", dropped_before_sharing, n) - absent_keys
+    dropped = _positions("dropped_after_sharing", dropped_after_sharing, n)
+    silent = _positions("silent_in_unmasking", silent_in_unmasking, n)
+    words = [client_words(v, k) for k, v in enumerate(vectors)]  # before any key is made
+    length = len(words[0])
+    for k, w in enumerate(words):
+        if len(w) != length:
+            raise MalformedContribution(
+                f"client {k}: input has {len(w)} words, the round's vectors have {length}"
+            )
     clock = time.perf_counter
     client_seconds = 0.0
 
+    def abort(stage: str, left: int) -> SecAggAborted:
+        return SecAggAborted(
+            f"round {round_id}: {left} of {n} clients {stage}, below the threshold "
+            f"{threshold}; the round is aborted and the global model kept"
+        )
+
     start = clock()
-    clients = [SecAggClient(k, v, round_id=round_id) for k, v in enumerate(vectors)]
-    roster = {c.position: c.advertise_keys() for c in clients}
-    mailbox: dict[int, dict[int, bytes]] = {k: {} for k in range(n)}
+    clients = [SecAggClient(k, w, round_id=round_id) for k, w in enumerate(words)]
+    # Round 0, AdvertiseKeys: U1 = the clients whose public keys arrived.
+    roster = {c.position: c.advertise_keys() for c in clients if c.position not in absent_keys}
+    if len(roster) < threshold:
+        raise abort("advertised their keys", len(roster))
+    # Round 1, ShareKeys: U2 = the clients of U1 whose encrypted shares arrived.
+    shared = sorted(set(roster) - absent_shares)
+    if len(shared) < threshold:
+        raise abort("shared their keys", len(shared))
+    mailbox: dict[int, dict[int, bytes]] = {k: {} for k in roster}
     share_bytes = 0
-    for client in clients:  # the server only relays ciphertexts
-        for receiver, blob in client.share_keys(roster, threshold=threshold).items():
-            mailbox[receiver][client.position] = blob
+    for k in shared:  # the server only relays ciphertexts
+        for receiver, blob in clients[k].share_keys(roster, threshold=threshold).items():
+            mailbox[receiver][k] = blob
             share_bytes += len(blob)
-    for client in clients:
-        client.receive_shares(mailbox[client.position])
-    committed = sorted(roster)
-    masked = {c.position: c.masked_input(committed) for c in clients if c.position not in dropped}
+    for k in shared:
+        clients[k].receive_shares(mailbox[k])
+    # Round 2, MaskedInputCollection: U3 = the clients of U2 whose masked input arrived.
+    dropped &= set(shared)
+    masked = {k: clients[k].masked_input(shared) for k in shared if k not in dropped}
     client_seconds += clock() - start
 
     survivors = set(masked)
     if len(survivors) < threshold:
-        raise SecAggAborted(
-            f"round {round_id}: {len(survivors)} of {n} clients survived, below the threshold "
-            f"{threshold}; the round is aborted and the global model kept"
-        )
+        raise abort("survived to upload a masked input", len(survivors))
+    # Round 3, Unmasking: the survivors that answer send their shares.
     start = clock()
     responses = {
         k: clients[k].unmask(survivors, dropped, threshold=threshold)
@@ -338,10 +434,7 @@ def secure_sum(
     }
     client_seconds += clock() - start
     if len(responses) < threshold:
-        raise SecAggAborted(
-            f"round {round_id}: only {len(responses)} clients answered the unmasking request, "
-            f"below the threshold {threshold}; the round is aborted and the global model kept"
-        )
+        raise abort("answered the unmasking request", len(responses))
 
     start = clock()
     total = np.zeros(length, dtype=np.uint64)
@@ -355,8 +448,8 @@ def secure_sum(
         secret = shamir_combine([(h + 1, responses[h][owner][1]) for h in helpers])
         key = X25519PrivateKey.from_private_bytes(secret.to_bytes(32, "little"))
         for k in sorted(survivors):
-            shared = key.exchange(X25519PublicKey.from_public_bytes(roster[k].mask))
-            mask = prg(_hkdf(shared, _pair_info(b"mask", round_id, owner, k)), length)
+            shared_key = key.exchange(X25519PublicKey.from_public_bytes(roster[k].mask))
+            mask = prg(_hkdf(shared_key, _pair_info(b"mask", round_id, owner, k)), length)
             if k < owner:  # k added +PRG(s_k,owner); undo it
                 total -= mask
             else:
@@ -364,7 +457,7 @@ def secure_sum(
     server_seconds = clock() - start
     keys_bytes = 64
     unmask_bytes = (len(survivors) + len(dropped)) * 67
-    upload = keys_bytes + share_bytes // n + length * _WORD_BYTES + unmask_bytes
+    upload = keys_bytes + share_bytes // len(shared) + length * _WORD_BYTES + unmask_bytes
     return SecureSumResult(
         total=total,
         survivors=sorted(survivors),
@@ -373,6 +466,7 @@ def secure_sum(
         server_seconds=server_seconds,
         upload_bytes_per_client=upload,
         masked=masked,
+        absent=sorted(set(range(n)) - set(shared)),
     )
 
 
@@ -380,8 +474,68 @@ def secure_sum(
 # MF-SecAvg as an aggregator
 
 
+_FLOAT_DTYPES = (torch.float16, torch.float32, torch.float64)
+
+
+def check_updates(
+    updates: ClientUpdates,
+    *,
+    num_items: int | None = None,
+    item_width: int | None = None,
+    network_size: int | None = None,
+) -> None:
+    """Check a round's uploads before MF-SecAvg encodes them: tensors of a float dtype and of
+    the global model's shapes (when given), item ids in range and distinct per client, sample
+    counts that are positive integers. Raises :class:`MalformedContribution` (an abort)."""
+
+    def bad(message: str) -> MalformedContribution:
+        return MalformedContribution(f"malformed client update: {message}; round aborted")
+
+    c = updates.num_clients
+    for name in ("network", "item_rows"):
+        value = getattr(updates, name)
+        if not isinstance(value, torch.Tensor) or value.dtype not in _FLOAT_DTYPES:
+            kind = value.dtype if isinstance(value, torch.Tensor) else type(value).__name__
+            raise bad(f"{name} must be a float16/32/64 tensor, got {kind}")
+        if value.ndim != 2:
+            raise bad(f"{name} must be 2-d, got shape {tuple(value.shape)}")
+    for name in ("row_client", "row_item"):
+        value = getattr(updates, name)
+        if not isinstance(value, torch.Tensor) or value.dtype != torch.int64 or value.ndim != 1:
+            kind = value.dtype if isinstance(value, torch.Tensor) else type(value).__name__
+            raise bad(f"{name} must be a 1-d int64 tensor, got {kind}")
+    if network_size is not None and updates.network.shape[1] != network_size:
+        raise bad(
+            f"network rows of {updates.network.shape[1]} weights, the model has {network_size}"
+        )
+    if num_items is not None and updates.num_items != num_items:
+        raise bad(f"num_items {updates.num_items}, the item table has {num_items} rows")
+    if item_width is not None and updates.item_rows.shape[1] != item_width:
+        raise bad(f"item rows of width {updates.item_rows.shape[1]}, the table's is {item_width}")
+    rows_client, rows_item = updates.row_client.numpy(), updates.row_item.numpy()
+    if len(rows_client) and not (0 <= rows_client.min() and rows_client.max() < c):
+        raise bad(f"row_client outside [0, {c})")
+    if len(rows_item) and not (0 <= rows_item.min() and rows_item.max() < updates.num_items):
+        raise bad(f"row_item outside [0, {updates.num_items})")
+    pairs = rows_client.astype(np.int64) * max(updates.num_items, 1) + rows_item
+    if len(np.unique(pairs)) != len(pairs):
+        raise bad("a client uploaded the same item row twice")
+    samples = np.asarray(updates.num_samples)
+    if samples.shape != (c,) or samples.dtype.kind not in "iuf":
+        raise bad(f"num_samples must be {c} numbers, got {samples.dtype} of shape {samples.shape}")
+    if not (np.isfinite(samples).all() and (samples == np.rint(samples)).all()):
+        raise bad("num_samples must be whole numbers")
+    if not ((samples >= 1).all() and float(samples.astype(np.float64).sum()) < 2.0**62):
+        raise bad("num_samples must be >= 1 and their sum below 2^62")
+
+
 def mf_secavg_vector(updates: ClientUpdates, position: int, *, fraction_bits: int) -> np.ndarray:
-    """Client ``position``'s plaintext ``[n_k θ_k | n_k | MP_k ⊙ Q_k | MP_k]`` in Z_{2^64}."""
+    """Client ``position``'s plaintext ``[n_k θ_k | n_k | MP_k ⊙ Q_k | MP_k]`` in Z_{2^64}.
+
+    The one place where MF-SecAvg quantises: reals go through :func:`encode_fixed_point`.
+    NaN/inf or values outside the fixed-point range raise :class:`MalformedContribution` (the
+    round's abort); :func:`check_updates` checks the uploads' types and shapes.
+    """
     c = updates.num_clients
     n_k = int(updates.num_samples[position])
     rows = updates.row_client == position
@@ -391,13 +545,17 @@ def mf_secavg_vector(updates: ClientUpdates, position: int, *, fraction_bits: in
     touched = np.zeros(updates.num_items, dtype=np.uint64)
     touched[items] = 1
     network = updates.network[position].numpy().astype(np.float64) * n_k
+    try:
+        encoded_network = encode_fixed_point(network, fraction_bits=fraction_bits, num_clients=c)
+        encoded_table = encode_fixed_point(
+            table.reshape(-1), fraction_bits=fraction_bits, num_clients=c
+        )
+    except ValueError as error:
+        raise MalformedContribution(
+            f"client {position}: its update cannot be encoded ({error}); round aborted"
+        ) from error
     return np.concatenate(
-        [
-            encode_fixed_point(network, fraction_bits=fraction_bits, num_clients=c),
-            np.array([n_k], dtype=np.uint64),
-            encode_fixed_point(table.reshape(-1), fraction_bits=fraction_bits, num_clients=c),
-            touched,
-        ]
+        [encoded_network, np.array([n_k], dtype=np.uint64), encoded_table, touched]
     )
 
 
@@ -405,7 +563,10 @@ class MFSecAvg(Aggregator):
     """MF-FedAvg on masked uploads (see the module docstring); equal to MF-FedAvg up to rounding.
 
     ``dropout``: probability that each client drops after sharing its keys (seeded by ``seed``),
-    to exercise recovery during training. Aborted rounds raise :class:`SecAggAborted`.
+    to exercise recovery during training. Aborted rounds raise :class:`SecAggAborted`: too few
+    survivors, a round smaller than ``threshold``, or a malformed update (NaN/inf, wrong shape
+    or dtype, out of the fixed-point range: :class:`MalformedContribution`), so the caller keeps
+    its global model.
     """
 
     name = "mf-secavg"
@@ -422,6 +583,8 @@ class MFSecAvg(Aggregator):
             raise ValueError(f"fraction_bits must be in [8, 48], got {fraction_bits}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        if threshold is not None and threshold < 2:
+            raise ValueError(f"threshold must be >= 2, got {threshold}")
         self.fraction_bits = fraction_bits
         self.threshold = threshold
         self.dropout = dropout
@@ -437,7 +600,17 @@ class MFSecAvg(Aggregator):
         self.rounds += 1
         if c == 1:
             raise SecAggAborted("a round with one client cannot be aggregated securely")
+        if self.threshold is not None and self.threshold > c:
+            raise SecAggAborted(
+                f"a round of {c} clients is below the threshold {self.threshold}; round aborted"
+            )
         start = time.perf_counter()
+        check_updates(
+            updates,
+            num_items=items.shape[0],
+            item_width=items.shape[1],
+            network_size=network.numel(),
+        )
         vectors = [mf_secavg_vector(updates, k, fraction_bits=self.fraction_bits) for k in range(c)]
         encode_seconds = time.perf_counter() - start
         dropped = np.flatnonzero(self.rng.random(c) < self.dropout) if self.dropout else []

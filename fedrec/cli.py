@@ -2,6 +2,13 @@
 
 Each command lives in its own module and adds itself to the parser through a small
 ``add_parser(subparsers)`` function, so this file only wires them together.
+
+Errors: a user error -- a bad option value, a path that cannot be read or written, a malformed
+run file, an agent module that cannot be imported -- exits with status 2 and one line on stderr,
+``fedrec COMMAND: error: ...``, without a traceback (:func:`is_user_error` says which exceptions
+count: ``ValueError`` and its subclasses, ``OSError`` and ``FileNotFoundError``, argparse's usage
+errors, a data set download's ``FetchError``). Anything else is a bug and keeps its traceback.
+``fedrec --debug COMMAND ...`` shows the traceback of a user error too.
 """
 
 from __future__ import annotations
@@ -10,6 +17,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from fedrec._version import __version__
 
@@ -31,11 +39,68 @@ def _threads_default() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+class UsageError(Exception):
+    """An argparse usage error, reported by :func:`main` in one line (exit status 2)."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        super().__init__(message)
+        self.prog, self.message = prog, message
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """An ``argparse.ArgumentParser`` whose usage errors raise :class:`UsageError` (one line from
+    :func:`main`) instead of printing the usage and exiting; its subparsers are of this class."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(self.prog, message)
+
+
+class CommandExit(SystemExit):
+    """Status 2 after a command's one-line error; ``str()`` is the message (raised by
+    :func:`main` for a command that stops with ``SystemExit("message")``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(2)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def is_user_error(error: BaseException) -> bool:
+    """Whether ``error`` is the user's (one line, status 2) rather than a bug (traceback).
+
+    ``ValueError`` (bad values, malformed files: every validation in fedrec raises it or a
+    subclass), ``OSError`` (a path that cannot be created, read or written: not a directory,
+    permission denied, disk full) and a data set download's ``FetchError``. A ``TypeError``,
+    ``ImportError`` or anything else raised inside fedrec is a bug and keeps its traceback; the
+    commands turn the user's own ones (an agent module that cannot be imported, an env argument
+    of the wrong type) into ``ValueError`` where they arise.
+    """
+    if isinstance(error, (ValueError, OSError)):
+        return True
+    try:
+        from fedrec.envs.datasets.fetch import FetchError
+    except ImportError:  # pragma: no cover - the loaders are always installed
+        return False
+    return isinstance(error, FetchError)
+
+
+def error_line(error: BaseException) -> str:
+    """The one-line text of a user error (an ``OSError`` as ``reason: path``)."""
+    if isinstance(error, OSError) and error.strerror:
+        where = [str(p) for p in (error.filename, error.filename2) if p is not None]
+        text = f"{error.strerror}: {' -> '.join(where)}" if where else error.strerror
+    else:
+        text = str(error) or type(error).__name__
+    return " ".join(text.split())  # one line, whatever the message holds
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (every command registers itself here)."""
     from fedrec import cli_bench, cli_demo, cli_envs, cli_eval, cli_train
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="fedrec",
         description="fedrec: federated and cross-platform recommendation with reinforcement "
         "learning. Environments, agents, federation and benchmarks.",
@@ -43,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"fedrec {__version__}")
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the full traceback of an error instead of the one-line message",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in (cli_envs, cli_demo, cli_train, cli_eval, cli_bench):
         module.add_parser(subparsers)
@@ -57,22 +127,46 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _usage_line(error: UsageError) -> str:
+    words = error.prog.split()
+    command = " ".join(words[:2])  # "fedrec train", whatever the subcommand's own prog
+    hint = f" (see {error.prog} --help)" if len(words) > 1 else ""
+    return f"{command}: error: {' '.join(error.message.split())}{hint}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``fedrec`` console script."""
+    """Entry point of the ``fedrec`` console script (see the module doc for errors)."""
     _threads_default()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as error:
+        print(_usage_line(error), file=sys.stderr)
+        return 2
     if args.command is None:
         parser.print_help()
         return 0
+    prefix = f"fedrec {args.command}: error:"
     try:
         return int(args.handler(args) or 0)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"fedrec {args.command}: error: {error}", file=sys.stderr)
+    except UsageError as error:  # a command that parses its own options (fedrec train)
+        if args.debug:
+            raise
+        print(_usage_line(error), file=sys.stderr)
         return 2
+    except SystemExit as exit_:
+        if args.debug or not isinstance(exit_.code, str):
+            raise
+        print(f"{prefix} {' '.join(exit_.code.split())}", file=sys.stderr)
+        raise CommandExit(exit_.code) from None
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as error:
+        if args.debug or not is_user_error(error):
+            raise
+        print(f"{prefix} {error_line(error)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -85,8 +85,8 @@ def run_fetch(args: argparse.Namespace) -> int:
 
     try:
         fetch(args.name, args.dir, source=args.source, timeout=args.timeout, wheel=args.wheel)
-    except FetchError as error:
-        print(f"fedrec data fetch: error: {error}", file=sys.stderr)
+    except (FetchError, OSError) as error:  # one line, no traceback; nothing left in the cache
+        print(f"fedrec data fetch: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 1
     return 0
 

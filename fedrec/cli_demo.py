@@ -22,7 +22,7 @@ from fedrec.agents.reference import JointReferencePolicy, env_params, reference_
 from fedrec.eval.rollout import ReturnSummary, evaluate_joint_policy, evaluate_policy
 from fedrec.registration import CHOC_KALE_ENVIRONMENTS
 
-POLICIES = ("random", "myopic", "planner")
+POLICIES = ("random", "top_x", "bottom_x", "myopic", "planner")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -114,7 +114,9 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(env_id, name, str(summary), f"{regret:.1f}", detail)
     console.print(table)
     console.print(
-        "Multi-platform: return = total engagement over both platforms (a with feedback, b without). "
+        "top_x / bottom_x: the fixed heuristics that serve the n largest / smallest-feature "
+        "candidates (no learning, no oracle); myopic and planner are oracles. Multi-platform: "
+        "return = total engagement over both platforms (a with feedback, b without). "
         f"Seed {args.seed}; {time.perf_counter() - started:.0f} s."
     )
     if args.fedslate:

@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from fedrec.eval.etror import Estimate, GroupSummary, aggregate, find_runs, load_run
+from fedrec.eval.etror import Estimate, GroupSummary, RunLog, aggregate, find_runs, load_run
 from fedrec.eval.paper_numbers import SETTINGS, SOURCE, paper_reference, setting_of
 
 PAPER_CHOICES = ("auto", "none", *SETTINGS)
@@ -100,6 +100,12 @@ def _paper(group: GroupSummary, series: str, args: argparse.Namespace) -> dict[s
     return {metric: str(number) for metric, number in numbers.items()}
 
 
+def _signed(estimate: Estimate | None, value: dict[str, int]) -> str:
+    """A paired difference with an explicit + when positive."""
+    text = _cell(estimate, **value)
+    return ("+" + text) if estimate is not None and estimate.mean > 0 else text
+
+
 def _write_csv(path: Path, columns: list[str], rows: list[list[str]]) -> None:
     """The printed table as CSV (for scripts and docs: the terminal table wraps wide cells)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -109,8 +115,30 @@ def _write_csv(path: Path, columns: list[str], rows: list[list[str]]) -> None:
         writer.writerows(rows)
 
 
+def _load(path: Path) -> RunLog:
+    try:
+        return load_run(path)
+    except UnicodeDecodeError as error:  # a binary file where a run file should be
+        raise ValueError(f"{path}: a run file is not UTF-8 text ({error.reason})") from error
+
+
+def _check_output(option: str, path: Path | None) -> None:
+    """Refuse, before any work, an output path that lies under a file or is a directory."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise ValueError(f"{option} {path} is a directory; give a file path")
+    parent = path.parent
+    while not parent.exists() and parent.parent != parent:
+        parent = parent.parent
+    if parent.exists() and not parent.is_dir():
+        raise ValueError(f"{option} {path}: {parent} is a file, not a directory")
+
+
 def run(args: argparse.Namespace) -> int:
-    runs = [load_run(path) for path in find_runs(args.runs)]
+    _check_output("--out", args.out)
+    _check_output("--csv", args.csv)
+    runs = [_load(path) for path in find_runs(args.runs)]
     groups = aggregate(
         runs,
         log_every=args.log_every,
@@ -136,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
     columns += [f"ETROR→{args.target:g}"] if show_target else []
     columns += ["optimal (paper-style)", "plateau", "final greedy eval", "planner"]
     columns += ["regret", "random", "vs random"]
+    show_heuristic = any(summary.top_x is not None for _, _, summary, _ in rows)
+    columns += ["top-x", "vs top-x"] if show_heuristic else []
     columns += ["paper ETROR", "paper optimal", "paper random"] if show_paper else []
     for column in columns:
         text = column in ("group", "series")
@@ -151,10 +181,9 @@ def run(args: argparse.Namespace) -> int:
         cells += [_cell(summary.optimal_reward, **value), _cell(summary.plateau, **value)]
         cells += [_cell(summary.final, **value), _cell(summary.planner, **value)]
         cells += [_cell(summary.regret, **value), _cell(summary.random, **value)]
-        gain = _cell(summary.gain_over_random, **value)
-        cells += [
-            ("+" + gain) if summary.gain_over_random and summary.gain_over_random.mean > 0 else gain
-        ]
+        cells += [_signed(summary.gain_over_random, value)]
+        if show_heuristic:
+            cells += [_cell(summary.top_x, **value), _signed(summary.gain_over_top_x, value)]
         if show_paper:
             cells += [paper.get(m, "–") for m in ("etror", "optimal_reward", "random_mean")]
         table.add_row(*cells)
@@ -169,6 +198,12 @@ def run(args: argparse.Namespace) -> int:
         "regret = planner - agent; vs random = agent - random, paired on the same held-out "
         "episodes. One seed: final-eval CIs are over held-out episodes."
     ]
+    if show_heuristic:
+        notes.append(
+            "top-x = the fixed heuristic that serves the n largest-feature candidates (no "
+            "learning, no oracle); vs top-x = agent - top-x, paired: a learning claim is a claim "
+            "over it, since in the papers' settings it is (nearly) the planner."
+        )
     if any(name.startswith("return/") and summary.regret for _, name, summary, _ in rows):
         notes.append(PLATFORM_REGRET_NOTE)
     if show_paper:

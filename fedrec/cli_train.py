@@ -85,8 +85,10 @@ def build_parser(
     agent_cls: type | None, agent_name: str | None, *, presets: tuple[str, ...] = ()
 ) -> argparse.ArgumentParser:
     """The full ``fedrec train`` parser: run options plus the agent's hyperparameters (without
-    the ones a built-in name presets)."""
-    parser = argparse.ArgumentParser(
+    the ones a built-in name presets). Its usage errors are one line (:mod:`fedrec.cli`)."""
+    from fedrec.cli import ArgumentParser
+
+    parser = ArgumentParser(
         prog=f"fedrec train {agent_name or 'AGENT'}",
         description=_description(),
     )
@@ -110,7 +112,9 @@ def build_parser(
         "--checkpoint-every",
         type=int,
         default=500,
-        help="episodes between checkpoints (default 500)",
+        help="episodes between checkpoints (default 500; 0: only at the end, and none at all "
+        "for an env that cannot save its state as data, e.g. a Gymnasium env without "
+        "state_dict(), which then cannot be resumed)",
     )
     run.add_argument(
         "--eval-episodes",
@@ -150,7 +154,9 @@ def build_parser(
 
 
 def _env_option(options: list[str]) -> str | None:
-    probe = argparse.ArgumentParser(add_help=False)
+    from fedrec.cli import ArgumentParser
+
+    probe = ArgumentParser(prog="fedrec train", add_help=False)
     probe.add_argument("--env")
     known, _ = probe.parse_known_args(options)
     return known.env
@@ -164,12 +170,15 @@ def run(args: argparse.Namespace) -> int:
         build_parser(None, None).print_help()
         return 0 if args.agent else 2
     env_id = _env_option(options)
-    multi = is_multi_platform(env_id) if env_id else is_multi_platform_agent(args.agent)
-    presets: dict[str, Any] = {}
-    if multi:
-        agent_cls, presets = resolve_multi_platform_agent(args.agent)
-    else:
-        agent_cls = resolve_agent(args.agent)
+    try:
+        multi = is_multi_platform(env_id) if env_id else is_multi_platform_agent(args.agent)
+        presets: dict[str, Any] = {}
+        if multi:
+            agent_cls, presets = resolve_multi_platform_agent(args.agent)
+        else:
+            agent_cls = resolve_agent(args.agent)
+    except ImportError as error:  # the user's agent module (or one it imports) is not there
+        raise ValueError(f"cannot import agent {args.agent!r}: {error}") from error
     parsed = build_parser(agent_cls, args.agent, presets=tuple(presets)).parse_args(options)
     overrides = {
         name[3:]: value
@@ -182,11 +191,25 @@ def run(args: argparse.Namespace) -> int:
     out = parsed.out or Path("runs") / f"{agent_tag}-{env_tag}-seed{parsed.seed}"
     agent_config = make_config(agent_cls, {**presets, **overrides})
     if parsed.resume and not overrides and (out / "config.json").is_file():
-        saved = json.loads((out / "config.json").read_text())
-        agent_config = config_from_json(agent_cls, saved.get("agent_config") or {})
+        saved = _read_saved_config(out / "config.json")
+        saved_agent = saved.get("agent_config") or {}
+        if not isinstance(saved_agent, dict):
+            raise ValueError(f"--resume: {out / 'config.json'}: agent_config is not an object")
+        agent_config = config_from_json(agent_cls, saved_agent)
     if multi:
         return _train_multi_platform(args.agent, agent_cls, agent_config, parsed, out)
     return _train_slate(args.agent, agent_cls, agent_config, parsed, out)
+
+
+def _read_saved_config(path: Path) -> dict[str, Any]:
+    """A run's ``config.json`` for ``--resume`` (a malformed one is a one-line error)."""
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"--resume: {path} is not valid JSON ({error})") from error
+    if not isinstance(saved, dict):
+        raise ValueError(f"--resume: {path} is not a JSON object")
+    return saved
 
 
 def _mean_ci(summary: Mapping[str, Any]) -> str:

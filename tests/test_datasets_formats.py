@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 import zipfile
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from fedrec.envs.datasets import formats
@@ -219,3 +221,266 @@ def test_recbole_wheel_is_checksummed(tmp_path: Path) -> None:
         FetchError, match=r"ml-100k\.inter in recbole-1\.2\.1-py3-none-any\.whl: SHA-256"
     ):
         fetch_recbole_ml100k(tmp_path / "cache", wheel=wheel, log=lambda *_: None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Regressions found by fuzzing (tests/test_loader_fuzz.py): nothing is corrupted silently
+
+BIG = "10000000000000000000"  # beyond int64: it used to become -9223372036854775808
+
+
+def _replace_field(path: Path, line: int, column: int, value: str, sep: str) -> None:
+    data = path.read_bytes().decode("latin-1")
+    lines = data.split("\n")
+    eol = "\r" if lines[line - 1].endswith("\r") else ""
+    fields = lines[line - 1].removesuffix(eol).split(sep)
+    fields[column] = value
+    lines[line - 1] = sep.join(fields) + eol
+    path.write_bytes("\n".join(lines).encode("latin-1"))
+
+
+SIX_FORMATS = [
+    ("u.data", write_ml100k, formats.load_ml100k, "\t", 1, "user"),
+    ("ratings.dat", write_ml1m, formats.load_ml1m, "::", 1, "user"),
+    (
+        "ml-100k.inter",
+        lambda d, log: write_atomic(d, "ml-100k", log),
+        lambda d: formats.load_atomic(d, "ml-100k", **formats.MOVIELENS_ATOMIC),
+        "\t",
+        2,
+        "user_id",
+    ),
+    ("user_taggedartists-timestamps.dat", write_lastfm2k, formats.load_lastfm2k, "\t", 2, "userID"),
+    (
+        "dataset_TSMC2014_NYC.txt",
+        write_foursquare_nyc,
+        formats.load_foursquare_nyc,
+        "\t",
+        1,
+        "user",
+    ),
+    ("raw_sample.csv", lambda d, log: write_taobao(d), formats.load_taobao, ",", 2, "user"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "write", "read", "sep", "line", "field"), SIX_FORMATS, ids=[f[0] for f in SIX_FORMATS]
+)
+def test_ids_beyond_int64_or_negative_are_errors_in_every_format(
+    tmp_path: Path, name, write, read, sep, line, field
+) -> None:
+    for value in (BIG, "-5", "1_000"):
+        write(tmp_path, LOG)
+        _replace_field(tmp_path / name, line, 0, value, sep)
+        with pytest.raises(FormatError, match=rf"{re.escape(name)}, line {line}: field '{field}'"):
+            read(tmp_path)
+
+
+def test_atomic_ids_beyond_int64_are_errors_even_without_movielens_rules(tmp_path: Path) -> None:
+    write_atomic(tmp_path, "ml-100k", LOG)
+    _replace_field(tmp_path / "ml-100k.inter", 2, 0, BIG, "\t")
+    # generic rules: exact text ids (never wrapped), which the integer ids of .user cannot match
+    with pytest.raises(FormatError, match=r"ml-100k\.user, line 2: field 'user_id' holds integers"):
+        formats.load_atomic(tmp_path, "ml-100k")
+    (tmp_path / "ml-100k.user").unlink()
+    (tmp_path / "ml-100k.item").unlink()
+    users = formats.load_atomic(tmp_path, "ml-100k").interactions["user"]
+    assert users.iloc[0] == BIG and users.iloc[1] == str(LOG.users[1])
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("1e30", r"field 'timestamp' must be Unix seconds from 788918400"),
+        ("inf", r"field 'timestamp' must be a number \(finite"),
+        ("nan", r"field 'timestamp' must be a number \(finite"),
+        ("1_000", r"field 'timestamp' must be a number \(finite"),
+    ],
+)
+def test_atomic_timestamps_are_finite_and_in_range(tmp_path: Path, value: str, message) -> None:
+    write_atomic(tmp_path, "ml-100k", LOG)
+    _replace_field(tmp_path / "ml-100k.inter", 5, 3, value, "\t")
+    with pytest.raises(FormatError, match=rf"ml-100k\.inter, line 5: {message}"):
+        formats.load_atomic(tmp_path, "ml-100k", **formats.MOVIELENS_ATOMIC)
+    if value == "1e30":  # without a plausible range: still never wrapped beyond int64
+        with pytest.raises(FormatError, match=r"line 5: field 'timestamp' must fit in int64"):
+            formats.load_atomic(tmp_path, "ml-100k")
+
+
+def test_atomic_fractional_timestamps_are_milliseconds(tmp_path: Path) -> None:
+    write_atomic(tmp_path, "ml-100k", LOG)
+    _replace_field(tmp_path / "ml-100k.inter", 2, 3, f"{LOG.timestamps[0]}.25", "\t")
+    data = formats.load_atomic(tmp_path, "ml-100k")
+    assert data.timestamp_unit == "ms"
+    assert data.interactions["timestamp"].iloc[0] == LOG.timestamps[0] * 1000 + 250
+    _replace_field(tmp_path / "ml-100k.inter", 2, 3, f"{LOG.timestamps[0]}.0001", "\t")
+    with pytest.raises(FormatError, match=r"line 2: field 'timestamp' has more than millisecond"):
+        formats.load_atomic(tmp_path, "ml-100k")
+
+
+def test_last_line_cut_inside_its_final_field_is_detected(tmp_path: Path) -> None:
+    write_lastfm2k(tmp_path, LOG)
+    path = tmp_path / "user_taggedartists-timestamps.dat"
+    data = path.read_bytes().rstrip(b"\r\n")
+    lines = data.count(b"\n") + 1
+    path.write_bytes(data[: data.rfind(b"\t") + 2])  # 884717243000 -> 8: a valid but cut value
+    with pytest.raises(
+        FormatError,
+        match=rf"timestamps\.dat, line {lines}: the file does not end with a newline .* "
+        r"'timestamp' has 1 characters, fewer than on any other line \(at least 12\)",
+    ):
+        formats.load_lastfm2k(tmp_path)
+    write_ml100k(tmp_path, LOG)  # a cut seconds timestamp is also out of the plausible range
+    path = tmp_path / "u.data"
+    data = path.read_bytes().rstrip(b"\n")
+    path.write_bytes(data[:-4] + b"\n")
+    with pytest.raises(
+        FormatError, match=r"u\.data, line \d+: field 'timestamp' must be an integer from"
+    ):
+        formats.load_ml100k(tmp_path)
+
+
+def test_file_without_final_newline_loads_identically(tmp_path: Path) -> None:
+    write_ml1m(tmp_path / "a", LOG)
+    write_ml1m(tmp_path / "b", LOG)
+    for name in ("ratings.dat", "users.dat", "movies.dat"):
+        path = tmp_path / "b" / name
+        path.write_bytes(path.read_bytes().rstrip(b"\n"))
+    a, b = formats.load_ml1m(tmp_path / "a"), formats.load_ml1m(tmp_path / "b")
+    pd.testing.assert_frame_equal(a.interactions, b.interactions)
+    pd.testing.assert_frame_equal(a.item_features, b.item_features)
+
+
+def test_underscored_integers_and_duplicated_keys_name_file_and_line(tmp_path: Path) -> None:
+    write_ml100k(tmp_path, LOG)
+    _replace_field(tmp_path / "u.data", 4, 1, "1_000", "\t")  # int() accepts it, pandas did not
+    with pytest.raises(FormatError, match=r"u\.data, line 4: field 'item' must be an integer"):
+        formats.load_ml100k(tmp_path)
+    write_ml100k(tmp_path, LOG)
+    path = tmp_path / "u.user"
+    rows = path.read_text().splitlines()
+    path.write_text("\n".join([*rows, rows[2]]) + "\n")  # used to fail in pandas' reindex
+    with pytest.raises(
+        FormatError, match=rf"u\.user, line {len(rows) + 1}: duplicate user 3 \(already on line 3\)"
+    ):
+        formats.load_ml100k(tmp_path)
+    write_taobao(tmp_path)
+    path = tmp_path / "user_profile.csv"
+    rows = path.read_text().splitlines()
+    path.write_text("\n".join([*rows[:3], rows[1], *rows[3:]]) + "\n")
+    with pytest.raises(FormatError, match=r"user_profile\.csv, line 4: duplicate userid"):
+        formats.load_taobao(tmp_path)
+
+
+def test_foursquare_impossible_date_and_bad_venue(tmp_path: Path) -> None:
+    write_foursquare_nyc(tmp_path, LOG)
+    path = tmp_path / "dataset_TSMC2014_NYC.txt"
+    _replace_field(path, 3, 7, "Tue Feb 30 18:00:09 +0000 2012", "\t")
+    with pytest.raises(
+        FormatError, match=r"NYC\.txt, line 3: field 'utc_time' must be a valid date"
+    ):
+        formats.load_foursquare_nyc(tmp_path)
+    write_foursquare_nyc(tmp_path, LOG)
+    _replace_field(path, 2, 1, "not-a-venue", "\t")
+    with pytest.raises(FormatError, match=r"line 2: field 'venue' must be a 24-hex-digit"):
+        formats.load_foursquare_nyc(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fetch failures leave nothing behind (no network: the downloader is replaced)
+
+
+def _leftovers(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
+
+
+def test_fetch_of_a_corrupt_archive_without_checksum_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fedrec.cli import main
+    from fedrec.envs.datasets import fetch as fetch_module
+
+    def corrupt(url: str, destination: Path, **_: object) -> Path:
+        destination.write_bytes(b"<html>not a zip</html>")
+        return destination
+
+    monkeypatch.setattr(fetch_module, "download", corrupt)
+    for name in ("lastfm-2k", "foursquare-nyc"):
+        with pytest.raises(FetchError, match=r"\.zip is not a valid zip archive"):
+            fetch(name, tmp_path / "cache", log=lambda *_: None)
+        assert _leftovers(tmp_path) == []
+    assert main(["data", "fetch", "lastfm-2k", "--dir", str(tmp_path / "cache")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "not a valid zip archive" in err
+    assert _leftovers(tmp_path) == []
+
+
+def test_fetch_without_network_leaves_no_empty_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fedrec.envs.datasets import fetch as fetch_module
+
+    def offline(*_: object, **__: object) -> None:
+        raise OSError(-3, "Temporary failure in name resolution")
+
+    monkeypatch.setattr(fetch_module.urllib.request, "urlopen", offline)
+    (tmp_path / "cache").mkdir()
+    with pytest.raises(FetchError, match=r"cannot reach .*name resolution\. Download it by hand"):
+        fetch("lastfm-2k", tmp_path / "cache", log=lambda *_: None)
+    assert _leftovers(tmp_path) == ["cache"]
+
+    def refuse(*_: object, **__: object) -> None:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(fetch_module, "download", refuse)  # a raw OSError from the downloader
+    with pytest.raises(FetchError, match=r"Connection refused\. Download it by hand"):
+        fetch("ml-1m", tmp_path / "cache", source="official", log=lambda *_: None)
+    assert _leftovers(tmp_path) == ["cache"]
+
+
+def test_fetch_verifies_structure_before_moving_into_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fedrec.envs.datasets import fetch as fetch_module
+
+    source = write_lastfm2k(tmp_path / "src", LOG)
+
+    def archive(url: str, destination: Path, **_: object) -> Path:
+        with zipfile.ZipFile(destination, "w") as z:
+            for path in sorted(source.iterdir()):
+                z.write(path, f"hetrec2011-lastfm-2k/{path.name}")
+        return destination
+
+    monkeypatch.setattr(fetch_module, "download", archive)
+    bad = source / "user_artists.dat"
+    good_bytes = bad.read_bytes()
+    bad.write_bytes(good_bytes + bad.read_bytes().splitlines(keepends=True)[1])  # duplicate pair
+    with pytest.raises(FetchError, match=r"failed the structure check: .*duplicate"):
+        fetch("lastfm-2k", tmp_path / "cache", log=lambda *_: None)
+    assert _leftovers(tmp_path / "cache") == []
+    bad.write_bytes(good_bytes)
+    target = fetch("lastfm-2k", tmp_path / "cache", log=lambda *_: None)
+    assert target == tmp_path / "cache" / "lastfm-2k"
+    assert _leftovers(tmp_path / "cache") == [
+        "lastfm-2k",
+        "lastfm-2k/user_artists.dat",
+        "lastfm-2k/user_taggedartists-timestamps.dat",
+    ]
+    assert len(load("lastfm-2k", tmp_path / "cache").interactions) > 0
+
+
+def test_fetch_with_a_wheel_that_is_not_a_zip(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fedrec.cli import main
+
+    wheel = tmp_path / "recbole-1.2.1-py3-none-any.whl"
+    wheel.write_bytes(b"truncated download")
+    with pytest.raises(FetchError, match=r"recbole-1\.2\.1-py3-none-any\.whl is not a valid wheel"):
+        fetch_recbole_ml100k(tmp_path / "cache", wheel=wheel, log=lambda *_: None)
+    assert (
+        main(["data", "fetch", "ml-100k", "--wheel", str(wheel), "--dir", str(tmp_path / "c")]) == 1
+    )
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert _leftovers(tmp_path) == [wheel.name]

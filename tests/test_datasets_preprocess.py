@@ -115,3 +115,11 @@ def test_statistics_match_a_hand_count() -> None:
     assert stats.sparsity == pytest.approx(1 - 4 / 6)
     assert (stats.per_user_min, stats.per_user_max, stats.per_user_mean) == (1, 3, 2.0)
     assert stats.per_user_std == pytest.approx(np.std([3, 1]))
+
+
+def test_duplicated_feature_rows_are_a_clear_error() -> None:
+    """A hand-built data set with two rows for one user failed in pandas' reindex before."""
+    dataset = _dataset(ROWS)
+    dataset.user_features = pd.DataFrame({"age": [1.0, 2.0, 3.0]}, index=[7, 8, 7])
+    with pytest.raises(ValueError, match=r"toy: the user features have more than one row .*\[7\]"):
+        prepare(dataset, num_test_negatives=3)

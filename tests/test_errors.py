@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import gymnasium as gym
 import numpy as np
+import pettingzoo
 import pytest
 
 import fedrec  # noqa: F401
 from fedrec.envs.choc_kale import ChocKaleEnv
 from fedrec.envs.choc_kale_vector import ChocKaleVectorEnv
-from fedrec.envs.multi_platform import ChocKaleMultiPlatformEnv
+from fedrec.envs.datasets.synthetic import write_synthetic
+from fedrec.envs.multi_platform import ChocKaleMultiPlatformBatchEnv, ChocKaleMultiPlatformEnv
+from fedrec.envs.state import env_state
 
 BAD_SLATES = [
     ([0, 1], r"length 2, expected shape \(3,\)"),
@@ -103,3 +109,171 @@ def test_step_before_reset_and_after_the_end() -> None:
     assert env.step(np.arange(3))[2]
     with pytest.raises(RuntimeError, match="call reset"):
         env.step(np.arange(3))
+
+
+# --------------------------------------------------------------------------------------------
+# Every action is validated in full before the env changes anything (regressions of fuzz finds)
+
+
+def _same_state(a: object, b: object) -> bool:
+    """Exact equality of two env_state() results (arrays compared with np.array_equal)."""
+    if isinstance(a, dict):
+        return (
+            isinstance(b, dict) and a.keys() == b.keys() and all(_same_state(a[k], b[k]) for k in a)
+        )
+    if isinstance(a, list | tuple):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same_state, a, b))
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)
+    return type(a) is type(b) and a == b
+
+
+@pytest.fixture(scope="module")
+def logged_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("logged")
+    for name in ("ml-100k", "taobao-ads"):
+        write_synthetic(name, root / name)
+    return root
+
+
+def test_vector_env_rejects_bad_slates_after_an_episode_end_without_a_change() -> None:
+    slates = np.tile(np.arange(3), (2, 1))
+    env = ChocKaleVectorEnv(2, time_budget=1)
+    twin = ChocKaleVectorEnv(2, time_budget=1)
+    for e in (env, twin):
+        e.reset(seed=0)
+        assert e.step(slates)[2].all()  # both users are reset at the next step
+    before = env_state(env)
+    for bad, message in [
+        (slates.astype(np.float64), "integer candidate indices, got dtype float64"),
+        (np.full((2, 3), np.nan), "integer candidate indices, got dtype float64"),
+        (None, "integer candidate indices, got dtype object"),
+        (slates[:1], r"shape \(1, 3\), expected shape \(2, 3\)"),
+        ([[0, 1, 2], [0, 1]], "slates is not an array of numbers"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            env.step(bad)
+        assert _same_state(env_state(env), before)
+    out, expected = env.step(slates), twin.step(slates)  # the trajectory still follows the seed
+    np.testing.assert_array_equal(out[1], expected[1])
+    assert _same_state(env_state(env), env_state(twin))
+
+
+def test_disabled_autoreset_refuses_to_step_a_finished_env(logged_dir: Path) -> None:
+    cases = [
+        (
+            ChocKaleVectorEnv(3, time_budget=2, autoreset_mode="Disabled"),
+            np.tile(np.arange(3), (3, 1)),
+        ),
+        (
+            gym.make_vec(
+                "fedrec/MovieLens100K-v0",
+                num_envs=3,
+                data_dir=logged_dir,
+                max_steps=1,
+                num_candidates=10,
+                slate_size=3,
+                autoreset_mode="Disabled",
+            ),
+            np.tile(np.arange(3), (3, 1)),
+        ),
+        (
+            gym.make_vec(
+                "fedrec/MovieLens100K-v0",
+                num_envs=3,
+                data_dir=logged_dir,
+                mode="evaluation",
+                top_k=3,
+                autoreset_mode="Disabled",
+            ),
+            np.tile(np.arange(3), (3, 1)),
+        ),
+        (
+            gym.make_vec(
+                "fedrec/TaobaoAds-v0",
+                num_envs=3,
+                data_dir=logged_dir,
+                split="all",
+                max_episode_steps=1,
+                autoreset_mode="Disabled",
+            ),
+            np.full((3, 1), 0.5),
+        ),
+    ]
+    for env, action in cases:
+        env.reset(seed=0)
+        done = np.zeros(3, bool)
+        while not done.any():
+            _, _, terminated, truncated, _ = env.step(action)
+            done = terminated | truncated
+        before = env_state(env)
+        with pytest.raises(
+            ValueError, match=re.escape(f"sub-envs {np.flatnonzero(done).tolist()} have finished")
+        ):
+            env.step(action)
+        assert _same_state(env_state(env), before), type(env).__name__
+        env.reset(options={"reset_mask": done})
+        env.step(action)  # accepted again once the finished envs are reset
+
+
+def test_multi_platform_envs_reject_non_dict_actions() -> None:
+    env = pettingzoo.make("parallel", "fedrec/ChocKaleMultiPlatform-v0")
+    env.reset(seed=0)
+    before = env_state(env)
+    for bad in ([[0, 1, 2], [0, 1, 2]], None, "platform_a"):
+        with pytest.raises(ValueError, match="actions must be a dict keyed by platform"):
+            env.step(bad)
+    with pytest.raises(
+        ValueError, match=r"slate of platform_a has shape \(1, 3\), expected shape \(3,\)"
+    ):
+        env.step({"platform_a": [[0, 1, 2]], "platform_b": [0, 1, 2]})
+    assert _same_state(env_state(env), before)
+    batch = ChocKaleMultiPlatformBatchEnv(2)
+    batch.reset(seed=0)
+    before = env_state(batch)
+    good = np.tile(np.arange(3), (2, 1))
+    for bad, message in [
+        ({"platform_a": good}, r"missing \['platform_b'\]"),
+        ({"platform_a": good, "platform_b": good, 7: good}, r"unknown \[7\]"),
+        ({"platform_a": good, "platform_b": good[:1]}, r"slate of platform_b has shape \(1, 3\)"),
+        ({"platform_a": good * 1.0, "platform_b": good}, "slate of platform_a must hold integer"),
+        (
+            {"platform_a": good, "platform_b": [[0, 0, 1], [0, 1, 2]]},
+            "platform_b repeats candidate 0",
+        ),
+        ({"platform_a": good + 8, "platform_b": good}, "platform_a contains candidate index 10"),
+        ([good, good], "actions must be a dict"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            batch.step(bad)
+    assert _same_state(env_state(batch), before)
+
+
+@pytest.mark.parametrize(
+    ("score", "message"),
+    [
+        (np.array([1.5]), r"outside \[0.0, 1.0\]"),
+        (np.array([-0.1], np.float32), r"outside \[0.0, 1.0\]"),
+        ("0.5", "must be real scores"),
+        ({"score": 0.5}, "must be real scores"),
+        (np.array([np.nan]), "finite scores"),
+        (np.array([True]), "must be real scores"),
+        (np.array([0.5, 0.5]), r"shape \(1,\), got shape \(2,\)"),
+    ],
+)
+def test_taobao_rejects_scores_outside_its_action_space(score, message, logged_dir: Path) -> None:
+    env = gym.make("fedrec/TaobaoAds-v0", data_dir=logged_dir, split="all")
+    env.reset(seed=0)
+    env.step(np.array([0.5], np.float32))  # past the checker's first step
+    before = env_state(env)
+    with pytest.raises(ValueError, match=message):
+        env.step(score)
+    assert _same_state(env_state(env), before)
+    envs = gym.make_vec("fedrec/TaobaoAds-v0", num_envs=2, data_dir=logged_dir, split="all")
+    envs.reset(seed=0)
+    before = env_state(envs)
+    with pytest.raises(ValueError):
+        if isinstance(score, np.ndarray):  # one row per env, or one row too many
+            score = np.stack([score] * 2) if score.size == 1 else np.full((3, 1), 0.5)
+        envs.step(score)
+    assert _same_state(env_state(envs), before)

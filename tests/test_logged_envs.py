@@ -223,8 +223,10 @@ def test_interaction_vector_matches_single_and_is_deterministic(data_dir: Path) 
 def test_taobao_rewards_are_logged_clicks_with_obp_keys(data_dir: Path) -> None:
     env = gym.make("fedrec/TaobaoAds-v0", data_dir=data_dir, split="all")
     data = env.unwrapped.data
-    scores, clicks = collect_scores(
-        env, lambda obs: float(obs["ad_price"][0]), episodes=data.num_users
+    scores, clicks = collect_scores(  # price / (1 + price): a monotone score in [0, 1]
+        env,
+        lambda obs: float(obs["ad_price"][0] / (1.0 + obs["ad_price"][0])),
+        episodes=data.num_users,
     )
     assert len(clicks) == len(data.clicks) and clicks.sum() == data.clicks.sum()
     _, info = env.reset(seed=0)
@@ -488,8 +490,9 @@ def test_taobao_auc_through_eval_matches_direct_computation(data_dir: Path) -> N
     env = gym.make(TAOBAO, data_dir=data_dir, split="all")
     data = env.unwrapped.data
 
-    def scorer(obs: dict) -> float:
-        return float(obs["ad_price"][0])
+    def scorer(obs: dict) -> float:  # monotone in the price, in [0, 1] (the action space)
+        price = float(obs["ad_price"][0])
+        return price / (1.0 + price)
 
     scores, clicks = collect_scores(env, scorer, episodes=data.num_users)
     labels = data.clicks
@@ -507,7 +510,8 @@ def test_taobao_auc_through_eval_matches_direct_computation(data_dir: Path) -> N
     obs, _ = envs.reset(seed=0)
     batch_scores, batch_clicks, done = [], [], np.zeros(u, bool)
     while not done.all():
-        score = obs["ad_price"].astype(np.float64)
+        price = obs["ad_price"].astype(np.float64)
+        score = price / (1.0 + price)
         obs, rewards, terminated, _, _ = envs.step(score)
         batch_scores.append(score[~done, 0])
         batch_clicks.append(rewards[~done])

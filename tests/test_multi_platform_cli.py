@@ -46,8 +46,10 @@ def test_fedslate_trains_resumes_and_evaluates_from_the_command_line(tmp_path, c
     assert len((out / "episodes.csv").read_text().splitlines()) == 13
     traffic = json.loads((out / "final_eval.json").read_text())["traffic_bytes_per_episode"]
     assert traffic["server"]["sent_bytes"] > 0  # the channel's accounting reaches the run files
-    assert main(["eval", str(out), "--no-plot"]) == 0
+    assert main(["eval", str(out), "--no-plot", "--csv", str(tmp_path / "table.csv")]) == 0
     assert "return/platform_b" in capsys.readouterr().out
+    header = (tmp_path / "table.csv").read_text().splitlines()[0]
+    assert "top-x" in header and "vs top-x" in header  # every table has the heuristic beside random
 
 
 def test_a_user_method_from_its_own_file_is_found_like_a_built_in(tmp_path, capsys) -> None:

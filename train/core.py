@@ -14,6 +14,12 @@ evaluation -- and a loop implements only what is its own:
   ``state_dict()`` methods;
 * :meth:`Trainer.evaluate` -- the final evaluation written to ``final_eval.json``.
 
+Before it trains, :meth:`Trainer.run` refuses what would only fail later: a run directory that is
+a file or lies under one, a run file (``checkpoint.pt``, ...) that is a directory, a directory it
+cannot write, and an env that cannot save its state as data (:meth:`Trainer.checkpoint_problem`;
+such a run trains only with ``checkpoint_every=0``, then without any checkpoint, and cannot be
+resumed). Each is a ``ValueError`` naming the path or the env.
+
 The three loops are :class:`fedrec.train.loop.SlateTrainer` (any single-platform agent),
 :class:`fedrec.train.multi_platform.MultiPlatformTrainer` (any multi-platform agent) and
 :class:`fedrec.train.fedncf.FedNCFTrainer` (federated supervised training).
@@ -210,6 +216,7 @@ class Trainer(abc.ABC):
         self.log = CsvLog(self.out / self.log_name if self.out is not None else None, self.header)
         self.elapsed = 0.0
         self._clock = 0.0
+        self._checkpoints = True
 
     # ------------------------------------------------------------------ what a loop implements
     @abc.abstractmethod
@@ -254,6 +261,20 @@ class Trainer(abc.ABC):
         """The final evaluation (None: none)."""
         return None
 
+    def checkpoint_problem(self) -> str | None:
+        """Why this run cannot be checkpointed (None: it can), asked before the run starts so
+        that it fails then rather than at its first checkpoint. The default checks that
+        ``self.env`` (if any) can save its state as data (:func:`fedrec.envs.state.env_state`
+        raises ``TypeError`` for an env without ``state_dict()``, e.g. a Gymnasium env)."""
+        env = getattr(self, "env", None)
+        if env is None:
+            return None
+        try:
+            env_state(env)
+        except TypeError as error:
+            return str(error)
+        return None
+
     def postfix(self) -> dict[str, str]:
         """Short numbers shown beside the progress bar."""
         return {}
@@ -287,9 +308,11 @@ class Trainer(abc.ABC):
         if not config_path.is_file():
             raise FileNotFoundError(f"--resume: {config_path} not found (was the run started?)")
         try:
-            saved = json.loads(config_path.read_text())
-        except json.JSONDecodeError as error:
+            saved = json.loads(config_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise ValueError(f"--resume: {config_path} is not valid JSON: {error}") from error
+        if not isinstance(saved, Mapping):
+            raise ValueError(f"--resume: {config_path} is not a JSON object")
         self._check_setup(saved, config_path, "was made with a different setup")
         path = self.out / "checkpoint.pt"
         if not path.is_file():
@@ -305,9 +328,43 @@ class Trainer(abc.ABC):
         )
         return state
 
+    def _check_run_directory(self) -> None:
+        """Refuse a run directory that cannot hold the run's files (before anything runs)."""
+        assert self.out is not None
+        existing = self.out
+        while not existing.exists() and existing.parent != existing:
+            existing = existing.parent
+        if existing.exists() and not existing.is_dir():
+            where = "is" if existing == self.out else f"lies under {existing}, which is"
+            raise ValueError(f"run directory {self.out} {where} a file, not a directory")
+        for name in ("config.json", self.log_name, "checkpoint.pt", "final_eval.json"):
+            path = self.out / name
+            if path.exists() and not path.is_file():
+                raise ValueError(
+                    f"{path} is not a file (a directory?): remove it or use another run directory"
+                )
+
+    def _check_checkpoints(self) -> None:
+        """Refuse, before training, a run whose state cannot be checkpointed, unless it was
+        asked for no periodic checkpoints (then it writes none at all)."""
+        problem = self.checkpoint_problem()
+        if problem is None:
+            return
+        env = self.run_config.get("env_id") or "this env"
+        if self.resume:
+            raise ValueError(
+                f"--resume: {env} cannot be checkpointed ({problem}), so its runs cannot be resumed"
+            )
+        if self.checkpoint_every:
+            raise ValueError(
+                f"{env} cannot be checkpointed ({problem}): train it with --checkpoint-every 0 "
+                "(checkpoint_every=0: no checkpoint at all; the run cannot be resumed)"
+            )
+        self._checkpoints = False
+
     def checkpoint(self) -> None:
         """Write ``checkpoint.pt`` atomically (after flushing the log it points into)."""
-        if self.out is None:
+        if self.out is None or not self._checkpoints:
             return
         self.log.flush()
         setup = self.setup
@@ -326,9 +383,17 @@ class Trainer(abc.ABC):
     def run(self) -> RunRecord:
         """Train to the end (or resume and finish), then evaluate; see the module doc."""
         torch.set_num_threads(self.torch_threads)
+        if self.out is not None:
+            self._check_run_directory()
+            self._check_checkpoints()
         state = self._load()
         if self.out is not None:
-            write_json(self.out / "config.json", self.run_config)
+            try:
+                write_json(self.out / "config.json", self.run_config)
+            except OSError as error:
+                raise ValueError(
+                    f"cannot write the run directory {self.out}: {error.strerror or error}"
+                ) from error
         if state is not None:
             assert self.out is not None
             rows = self.log.read(self.parse_row)[: int(state["rows"])]

@@ -21,6 +21,7 @@ Read the run with ``fedrec eval RUN_DIR`` (:mod:`fedrec.eval.etror`).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,9 @@ class TrainConfig:
     env_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """keyword arguments for ``gymnasium.make_vec`` (e.g. num_candidates, slate_size)"""
     checkpoint_every: int = 500
-    """episodes between atomic checkpoints (0: only at the end)"""
+    """episodes between atomic checkpoints (0: only at the end; an env that cannot save its
+    state as data, e.g. a Gymnasium env without ``state_dict()``, trains only with 0, and then
+    without any checkpoint)"""
     eval_episodes: int = 500
     """held-out episodes for the final greedy evaluation (0: skip)"""
     references: bool = True
@@ -95,12 +98,15 @@ AgentFactory = Callable[[gym.vector.VectorEnv], SlateAgent]
 def make_env(config: TrainConfig) -> gym.vector.VectorEnv:
     """The batched training env, with same-step autoreset (the final observation is in info).
 
-    The env's native batched version when it registers one (every fedrec env does); otherwise
-    Gymnasium's ``SyncVectorEnv`` over copies of the single env, so any registered env trains.
+    The env's native batched version when it registers one that takes ``autoreset_mode``
+    (every fedrec env does); otherwise Gymnasium's ``SyncVectorEnv`` over copies of the single env
+    (e.g. for ``CartPole-v1``, whose native ``CartPoleVectorEnv`` only resets on the next step),
+    so any registered env trains. An env that cannot be built -- unknown id, or env kwargs it
+    refuses or of the wrong type -- raises ``ValueError``.
     """
     try:
         spec = gym.spec(config.env_id)
-        if spec.vector_entry_point is not None:
+        if _native_same_step(spec):
             return gym.make_vec(
                 config.env_id,
                 num_envs=config.num_envs,
@@ -117,6 +123,30 @@ def make_env(config: TrainConfig) -> gym.vector.VectorEnv:
         )
     except gym.error.Error as error:
         raise ValueError(f"cannot build {config.env_id!r} batched: {error}") from error
+    except TypeError as error:  # a keyword the env does not take, or a value of the wrong type
+        if not config.env_kwargs:
+            raise
+        raise ValueError(
+            f"cannot build {config.env_id!r} with env kwargs {dict(config.env_kwargs)}: {error}"
+        ) from error
+
+
+def _native_same_step(spec: Any) -> bool:
+    """Whether ``spec`` registers a native batched env that accepts ``autoreset_mode``."""
+    creator = spec.vector_entry_point
+    if creator is None:
+        return False
+    if isinstance(creator, str):
+        from gymnasium.envs.registration import load_env_creator
+
+        creator = load_env_creator(creator)
+    try:
+        parameters = inspect.signature(creator).parameters
+    except (TypeError, ValueError):  # no signature to read: try it natively
+        return True
+    return "autoreset_mode" in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
 
 
 def _final_next_observations(

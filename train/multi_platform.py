@@ -63,7 +63,8 @@ class MultiPlatformTrainConfig:
     agent_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """the agent's Config overrides (e.g. global_network='linear')"""
     checkpoint_every: int = 500
-    """user-episodes between atomic checkpoints (0: only at the end)"""
+    """user-episodes between atomic checkpoints (0: only at the end; none for an env that cannot
+    save its state as data)"""
     eval_episodes: int = 500
     """held-out user-episodes for the final greedy evaluation (0: skip)"""
     planner: bool = True
@@ -103,7 +104,14 @@ def make_env(config: MultiPlatformTrainConfig, num_users: int | None = None) -> 
     from fedrec.registration import batched_entry_point
 
     build = batched_entry_point(config.env_id)
-    return build(num_users or config.num_users, **dict(config.env_kwargs))
+    try:
+        return build(num_users or config.num_users, **dict(config.env_kwargs))
+    except TypeError as error:  # a keyword the env does not take, or a value of the wrong type
+        if not config.env_kwargs:
+            raise
+        raise ValueError(
+            f"cannot build {config.env_id!r} with env kwargs {dict(config.env_kwargs)}: {error}"
+        ) from error
 
 
 def build_agent(config: MultiPlatformTrainConfig, env: Any) -> MultiPlatformAgent:
@@ -251,19 +259,31 @@ def train_multi_platform(
 
 
 def final_evaluation(agent: Any, *, config: MultiPlatformTrainConfig) -> dict[str, Any]:
-    """Greedy per-platform returns of ``agent``, random and (optionally) the joint planner, on
-    the same held-out episodes (true engagement, read through the env's evaluation channel)."""
-    from fedrec.agents.multi_platform import RandomMultiPolicy
+    """Greedy per-platform returns of ``agent``, random, the fixed heuristics ``top_x`` and
+    ``bottom_x`` and (optionally) the joint planner, on the same held-out episodes (true
+    engagement, read through the env's evaluation channel)."""
+    from fedrec.agents.multi_platform import (
+        HeuristicConfig,
+        HeuristicMultiPolicy,
+        RandomMultiPolicy,
+    )
     from fedrec.agents.reference import JointReferencePolicy, OptimalPlanner
     from fedrec.eval.rollout import evaluate_joint_policy
 
     seed = EVAL_SEED_OFFSET + config.seed
     probe = make_env(config, 1)
+    parties = {
+        "platforms": probe.possible_agents,
+        "feedback": probe.feedback,
+        "params": probe.params,
+    }
     policies: dict[str, Any] = {
         "agent": agent,
-        "random": RandomMultiPolicy(
-            platforms=probe.possible_agents, feedback=probe.feedback, params=probe.params, seed=seed
-        ),
+        "random": RandomMultiPolicy(**parties, seed=seed),
+        **{
+            rule: HeuristicMultiPolicy(**parties, config=HeuristicConfig(rule), seed=seed)
+            for rule in ("top_x", "bottom_x")
+        },
     }
     if config.planner:
         planner = OptimalPlanner(probe.params, seed=seed)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedrec.envs.datasets.formats import (
+    MOVIELENS_ATOMIC,
     LoggedDataset,
     TaobaoLog,
     load_atomic,
@@ -62,7 +63,8 @@ class DatasetSpec:
 
 
 def _atomic(prefix: str, name: str) -> Callable[[Path], LoggedDataset]:
-    return lambda directory: load_atomic(directory, prefix, name=name)
+    """RecBole's MovieLens atomic files, held to MovieLens's rules (integer ids, 1995-2099 times)."""
+    return lambda directory: load_atomic(directory, prefix, name=name, **MOVIELENS_ATOMIC)
 
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -169,7 +171,8 @@ def fetch_hint(name: str, data_dir: Path | str | None = None) -> str:
 def locate(name: str, data_dir: Path | str | None = None) -> tuple[Path, int]:
     """The folder holding data set ``name`` and the index of the layout found there.
 
-    Looks in ``data_dir`` itself, ``data_dir/<name>``, and one level of sub-folders of both.
+    Looks in ``data_dir`` itself, ``data_dir/<name>``, and one level of sub-folders of both
+    (hidden ones, such as an unfinished fetch's ``.fetch-*`` staging folder, excepted).
     :raises DatasetNotFoundError: naming the folders searched and the fetch command.
     """
     spec = spec_of(name)
@@ -177,7 +180,9 @@ def locate(name: str, data_dir: Path | str | None = None) -> tuple[Path, int]:
     places = [root, root / spec.name]
     for base in list(places):
         if base.is_dir():
-            places.extend(sorted(p for p in base.iterdir() if p.is_dir()))
+            places.extend(
+                sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
+            )
     for place in places:
         for index, (files, _) in enumerate(spec.layouts):
             if all((place / f).is_file() for f in files):

@@ -17,7 +17,12 @@ from gymnasium.vector.utils import batch_space
 
 from fedrec.envs.datasets.catalog import load_prepared
 from fedrec.envs.datasets.preprocess import PreparedData
-from fedrec.envs.slates import SlateBatchSpace, SlateSpace, validate_slates
+from fedrec.envs.slates import (
+    SlateBatchSpace,
+    SlateSpace,
+    reject_finished,
+    validate_slates,
+)
 from fedrec.envs.state import StateReader, generator_state
 from fedrec.envs.vector_utils import (
     check_vector_args,
@@ -434,16 +439,17 @@ class LoggedEvaluationVectorEnv(VectorEnv):
         if not self._started:
             raise RuntimeError("call reset() before step()")
         mode = self.metadata["autoreset_mode"]
+        if mode == AutoresetMode.DISABLED:
+            reject_finished(self._autoreset)
         resetting = self._autoreset.copy() if mode == AutoresetMode.NEXT_STEP else None
-        rankings = np.array(actions, copy=True)
-        if resetting is not None and resetting.any():
-            rankings[resetting] = np.arange(self._core.top_k)
+        # the whole action is checked before anything changes (the resetting rows are ignored)
         rankings = validate_slates(
-            rankings,
+            actions,
             num_candidates=self._core.num_candidates,
             slate_size=self._core.top_k,
             batch_size=self.num_envs,
             who="rankings",
+            ignore=resetting,
         )
         active = np.ones(self.num_envs, bool) if resetting is None else ~resetting
         scores = self._core.score(rankings)
@@ -463,7 +469,7 @@ class LoggedEvaluationVectorEnv(VectorEnv):
             }
             info["_final_info"] = terminated.copy()
             self._core.assign(terminated)
-        elif mode == AutoresetMode.NEXT_STEP:
+        else:  # NEXT_STEP: reset at the next step; DISABLED: refuse to step them until reset()
             self._autoreset = terminated.copy()
         return self._core.observation(), rewards, terminated, truncated, info
 
@@ -1063,16 +1069,17 @@ class LoggedInteractionVectorEnv(_InteractionStepper, VectorEnv):
         if not self._started:
             raise RuntimeError("call reset() before step()")
         mode = self.metadata["autoreset_mode"]
-        slates = np.array(actions, copy=True)
+        if mode == AutoresetMode.DISABLED:
+            reject_finished(self._autoreset)
         resetting = self._autoreset.copy() if mode == AutoresetMode.NEXT_STEP else None
-        if resetting is not None and resetting.any():
-            slates[resetting] = np.arange(self.core.slate_size)
+        # the whole action is checked before anything changes (the resetting rows are ignored)
         slates = validate_slates(
-            slates,
+            actions,
             num_candidates=self.core.num_candidates,
             slate_size=self.core.slate_size,
             batch_size=self.num_envs,
             who="slates",
+            ignore=resetting,
         )
         active = np.ones(self.num_envs, bool) if resetting is None else ~resetting
         if resetting is not None and resetting.any():  # their candidates come with the step's
@@ -1090,7 +1097,8 @@ class LoggedInteractionVectorEnv(_InteractionStepper, VectorEnv):
             }
             info["_final_info"] = done.copy()
             self.core.reset_slots(self.np_random, np.flatnonzero(done))
-        elif mode == AutoresetMode.NEXT_STEP:
+        elif mode != AutoresetMode.SAME_STEP:
+            # NEXT_STEP: reset at the next step; DISABLED: refuse to step them until reset()
             self._autoreset = done
         return self.core.observation(), rewards, terminated, truncated, info
 

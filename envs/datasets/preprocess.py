@@ -240,6 +240,13 @@ def prepare(
     """Apply the FedNCF protocol (module docstring) to a loaded log."""
     if min_interactions < 2:
         raise ValueError(f"min_interactions must be >= 2 for leave-one-out, got {min_interactions}")
+    for what, features in (("user", dataset.user_features), ("item", dataset.item_features)):
+        if features is not None and not features.index.is_unique:
+            repeated = features.index[features.index.duplicated()].unique()[:5].tolist()
+            raise ValueError(
+                f"{dataset.name}: the {what} features have more than one row for {what} id(s) "
+                f"{repeated}; each {what} needs one row (the loaders check this per file and line)"
+            )
     frame = dataset.interactions.copy()
     frame["order"] = np.arange(len(frame), dtype=np.int64)
     raw = Statistics.of(frame["user"], frame["item"])

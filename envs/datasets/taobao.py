@@ -22,6 +22,7 @@ from gymnasium.vector.utils import batch_space
 
 from fedrec.envs.datasets.catalog import _signature, locate
 from fedrec.envs.datasets.formats import TAOBAO_USER_PROFILE_HEADER, load_taobao
+from fedrec.envs.slates import reject_finished, validate_scores
 from fedrec.envs.state import StateReader, generator_state
 from fedrec.envs.vector_utils import (
     check_vector_args,
@@ -80,9 +81,10 @@ def _taobao_cached(folder: str, signature: tuple, split: str) -> TaobaoData:
         imp = kept
     if len(imp) == 0:
         raise ValueError(f"{folder}: no impressions in split {split!r}")
-    users = log.users.drop_duplicates("userid").set_index("userid")
+    # load_taobao has checked that each user and each ad has at most one row: nothing is dropped
+    users = log.users.set_index("userid")
     user_codes = pd.DataFrame({f: _codes(users[f]) for f in USER_FIELDS}, index=users.index)
-    ads = log.ads.drop_duplicates("adgroup_id").set_index("adgroup_id")
+    ads = log.ads.set_index("adgroup_id")
     ad_codes = pd.DataFrame({f: _codes(ads[f]) for f in AD_FIELDS[1:]}, index=ads.index)
     ad_codes["price"] = np.log1p(ads["price"].to_numpy(np.float64))
     no_profile = ~imp["user"].isin(users.index)
@@ -101,7 +103,7 @@ def _taobao_cached(folder: str, signature: tuple, split: str) -> TaobaoData:
     af = ad_codes.reindex(imp["adgroup_id"].to_numpy()).fillna(0)
     _, ad_index = np.unique(imp["adgroup_id"].to_numpy(), return_inverse=True)
     adgroup_codes, _ = pd.factorize(imp["adgroup_id"])
-    pid = np.where(imp["pid"].to_numpy() == "430548_1007", 1, 2)
+    pid = np.where(imp["pid"].to_numpy() == "430548_1007", 1, 2)  # the two pids (load_taobao)
     dow = ((imp["time_stamp"].to_numpy() + SHANGHAI) // 86_400 + 3) % 7  # 1970-01-01 was a Thursday
     return TaobaoData(
         user_ids=user_ids,
@@ -260,15 +262,6 @@ class _TaobaoCore:
         return clicks.copy(), terminated, info
 
 
-def _check_scores(action: object, shape: tuple[int, ...], use: np.ndarray) -> np.ndarray:
-    score = np.asarray(action, dtype=np.float64)
-    if score.shape != shape and score.size == int(np.prod(shape)) and score.ndim <= len(shape):
-        score = score.reshape(shape)
-    if score.shape != shape or not np.isfinite(score[use]).all():
-        raise ValueError(f"action must be finite scores of shape {shape}, got {action!r:.80}")
-    return score.reshape(-1)
-
-
 _VECTOR_CARD = """
     ## Vectorized environment
     ``gymnasium.make_vec("fedrec/TaobaoAds-v0", num_envs=B)`` returns
@@ -294,8 +287,10 @@ class TaobaoAdsEnv(gym.Env[Observation, np.ndarray]):
     :func:`fedrec.eval.ranking_metrics.collect_scores`).
 
     ## Action Space
-    ``Box(0, 1, (1,), float32)``: the predicted click probability (any monotone score works
-    for AUC).
+    ``Box(0, 1, (1,), float32)``: the predicted click probability (any monotone score in
+    [0, 1] works for AUC; squash others, e.g. ``s / (1 + s)`` for ``s >= 0``). A scalar is taken
+    as shape (1,). A score that is not a real number, NaN, outside [0, 1] or of the wrong shape
+    raises ``ValueError`` before anything changes.
 
     ## Observation Space
     | key | shape | meaning |
@@ -368,7 +363,7 @@ class TaobaoAdsEnv(gym.Env[Observation, np.ndarray]):
     def step(self, action: np.ndarray) -> tuple[Observation, float, bool, bool, dict[str, Any]]:
         if self._core.finished()[0]:
             raise RuntimeError("call reset() before step(), and again after the episode ends")
-        score = _check_scores(action, (1,), np.ones(1, bool))
+        score = validate_scores(action, (1,))  # in Box(0, 1), before any change
         rewards, terminated, info = self._core.step(np.ones(1, bool), score)
         single = {
             key: value[0] if value.ndim > 1 else value[0].item() for key, value in info.items()
@@ -493,14 +488,12 @@ class TaobaoAdsVectorEnv(VectorEnv):
         if not self._started:
             raise RuntimeError("call reset() before step()")
         mode = self.metadata["autoreset_mode"]
-        if mode == AutoresetMode.DISABLED and self._done.any():
-            raise RuntimeError(
-                f"envs {np.flatnonzero(self._done).tolist()} have finished; with autoreset "
-                "DISABLED reset them first (reset(options={'reset_mask': mask}))"
-            )
+        if mode == AutoresetMode.DISABLED:
+            reject_finished(self._done)
         resetting = self._autoreset.copy() if mode == AutoresetMode.NEXT_STEP else None
         active = np.ones(self.num_envs, bool) if resetting is None else ~resetting
-        scores = _check_scores(actions, (self.num_envs, 1), active[:, None])
+        # in Box(0, 1) before any change; the resetting rows' scores are ignored (may be NaN)
+        scores = validate_scores(actions, (self.num_envs, 1), ignore=resetting)
         if resetting is not None and resetting.any():
             self._core.assign(resetting)
         rewards, terminated, info = self._core.step(active, scores)

@@ -391,7 +391,7 @@ def test_single_env_validates_before_it_changes(env_id: str, mode: str, data_dir
     env, twin = gym.make(env_id, **kwargs), gym.make(env_id, **kwargs)
     spec = _Spec(env.action_space, None)
 
-    @settings(max_examples=_examples(), deadline=None, derandomize=True)
+    @settings(max_examples=_examples(), deadline=None)
     @given(data=st.data())
     def run(data: st.DataObject) -> None:
         _run_single(data, env, twin, spec)
@@ -416,7 +416,7 @@ def test_vector_env_validates_before_it_changes(
     assert env.metadata["autoreset_mode"] == autoreset
     spec = _Spec(env.single_action_space, NUM_ENVS)
 
-    @settings(max_examples=_examples(), deadline=None, derandomize=True)
+    @settings(max_examples=_examples(), deadline=None)
     @given(data=st.data())
     def run(data: st.DataObject) -> None:
         _run_vector(data, env, twin, spec)
@@ -477,7 +477,7 @@ def test_pettingzoo_env_validates_before_it_changes() -> None:
     env, twin = make(), make()
     spec = _Spec(env.action_space(env.possible_agents[0]), None)
 
-    @settings(max_examples=_examples(3), deadline=None, derandomize=True)
+    @settings(max_examples=_examples(3), deadline=None)
     @given(data=st.data())
     def run(data: st.DataObject) -> None:
         _run_multi(data, env, twin, spec)
@@ -492,7 +492,7 @@ def test_batched_multi_platform_env_validates_before_it_changes() -> None:
     env, twin = make(), make()
     spec = _Spec(env.action_spaces[env.possible_agents[0]], NUM_ENVS)
 
-    @settings(max_examples=_examples(3), deadline=None, derandomize=True)
+    @settings(max_examples=_examples(3), deadline=None)
     @given(data=st.data())
     def run(data: st.DataObject) -> None:
         _run_multi(data, env, twin, spec)

@@ -56,7 +56,6 @@ def _fuzz(factor: float) -> settings:
     return settings(
         max_examples=_examples(factor),
         deadline=None,
-        derandomize=True,
         suppress_health_check=[
             HealthCheck.too_slow,
             HealthCheck.data_too_large,

@@ -466,7 +466,6 @@ def clean() -> dict[str, tuple[Path, dict[str, object]]]:
 @pytest.mark.parametrize("fmt", FORMATS, ids=[f.id for f in FORMATS])
 @settings(
     deadline=None,
-    derandomize=True,
     max_examples=_examples(),
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -256,6 +256,9 @@ class FinalEval:
     #: agent - top_x (the fixed highest-feature heuristic), paired: did it learn anything a
     #: fixed rule does not already do?
     gain_over_top_x: Estimate | None = None
+    #: multi-platform: agent_alone - top_x_alone, paired, each platform with every other platform
+    #: serving random slates: one platform compared across methods with the others held fixed
+    alone_over_top_x: Estimate | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,6 +332,11 @@ class RunLog:
             if (agent is not None and "top_x" in found)
             else None
         )
+        alone = (
+            regret(found["agent_alone"], found["top_x_alone"], confidence=confidence)[0]
+            if ("agent_alone" in found and "top_x_alone" in found)
+            else None
+        )
         return FinalEval(
             agent=agent,
             references=found,
@@ -336,6 +344,7 @@ class RunLog:
             regret_method="" if result is None else result[1],
             gain_over_random=gain,
             gain_over_top_x=heuristic,
+            alone_over_top_x=alone,
         )
 
 
@@ -504,6 +513,8 @@ class SeriesSummary:
     gain_over_random: Estimate | None = None
     #: final greedy eval - top_x (the fixed highest-feature heuristic), paired likewise
     gain_over_top_x: Estimate | None = None
+    #: multi-platform: the platform alone (others random) - top_x alone, paired likewise
+    alone_over_top_x: Estimate | None = None
     #: every episode return and final-evaluation value of the series lies in [0, 1]: a rate such
     #: as HR@10 on a leave-one-out evaluation env (tables print it with 4 decimals, not 1)
     unit_interval: bool = False
@@ -519,6 +530,11 @@ class SeriesSummary:
     @property
     def top_x(self) -> Estimate | None:
         return self.references.get("top_x")
+
+    @property
+    def alone(self) -> Estimate | None:
+        """The agent on this platform with every other platform serving random slates."""
+        return self.references.get("agent_alone")
 
 
 @dataclass(frozen=True, eq=False)
@@ -672,6 +688,7 @@ def aggregate(
             regrets = [f.regret for f in finals if f.regret is not None]
             gains = [f.gain_over_random for f in finals if f.gain_over_random is not None]
             over_top_x = [f.gain_over_top_x for f in finals if f.gain_over_top_x is not None]
+            alone = [f.alone_over_top_x for f in finals if f.alone_over_top_x is not None]
             refs = sorted({name for f in finals for name in f.references})
             episodes, mean, low, high, band = mean_curve(
                 [(c.episodes, c.values) for c in curves], confidence=confidence
@@ -701,6 +718,7 @@ def aggregate(
                 band=band,
                 gain_over_random=_seed_estimate(gains, confidence=confidence),
                 gain_over_top_x=_seed_estimate(over_top_x, confidence=confidence),
+                alone_over_top_x=_seed_estimate(alone, confidence=confidence),
                 unit_interval=in_unit_interval(having, series),
             )
         summaries.append(GroupSummary(key, labels[key], members, per_series))

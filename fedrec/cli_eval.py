@@ -166,6 +166,8 @@ def run(args: argparse.Namespace) -> int:
     columns += ["regret", "random", "vs random"]
     show_heuristic = any(summary.top_x is not None for _, _, summary, _ in rows)
     columns += ["top-x", "vs top-x"] if show_heuristic else []
+    show_alone = any(summary.alone is not None for _, _, summary, _ in rows)
+    columns += ["alone", "alone vs top-x"] if show_alone else []
     columns += ["paper ETROR", "paper optimal", "paper random"] if show_paper else []
     for column in columns:
         text = column in ("group", "series")
@@ -184,6 +186,8 @@ def run(args: argparse.Namespace) -> int:
         cells += [_signed(summary.gain_over_random, value)]
         if show_heuristic:
             cells += [_cell(summary.top_x, **value), _signed(summary.gain_over_top_x, value)]
+        if show_alone:
+            cells += [_cell(summary.alone, **value), _signed(summary.alone_over_top_x, value)]
         if show_paper:
             cells += [paper.get(m, "–") for m in ("etror", "optimal_reward", "random_mean")]
         table.add_row(*cells)
@@ -203,6 +207,13 @@ def run(args: argparse.Namespace) -> int:
             "top-x = the fixed heuristic that serves the n largest-feature candidates (no "
             "learning, no oracle); vs top-x = agent - top-x, paired: a learning claim is a claim "
             "over it, since in the papers' settings it is (nearly) the planner."
+        )
+    if show_alone:
+        notes.append(
+            "alone = the platform's return when it alone follows the method and every other "
+            "platform serves random slates (the user is shared, so another platform's policy "
+            "changes this one's return); alone vs top-x = alone - top-x alone, paired: a "
+            "comparison of one platform across methods with the others held fixed."
         )
     if any(name.startswith("return/") and summary.regret for _, name, summary, _ in rows):
         notes.append(PLATFORM_REGRET_NOTE)

@@ -70,3 +70,34 @@ def test_the_channel_refuses_what_may_not_cross_a_party_boundary() -> None:
         spy.channel.send(
             MessageKind.FEDERATED_Q_VALUES, "platform_a", SERVER, np.ones((2, 10), np.float32)
         )
+
+
+class TopAServesBottomB(MultiPlatformAgent):
+    """Platform A serves top_x, platform B bottom_x (kale, which raises the shared user's
+    satisfaction): a method whose B changes A's return."""
+
+    def act(self, observations):
+        n = self.params.slate_size
+        x = {p: obs["candidates"][..., 0] for p, obs in observations.items()}
+        return {
+            "platform_a": np.argsort(-x["platform_a"], axis=1, kind="stable")[:, :n],
+            "platform_b": np.argsort(x["platform_b"], axis=1, kind="stable")[:, :n],
+        }
+
+
+def test_one_platform_is_compared_across_methods_with_the_others_held_fixed() -> None:
+    def final(method, agent=None):
+        config = MultiPlatformTrainConfig(
+            method=method, episodes=2, num_users=2, env_kwargs={"num_candidates": 10, "slate_size": 3},
+            eval_episodes=64, planner=False, progress=False,
+        )  # fmt: skip
+        return train_multi_platform(config, agent=agent).final_eval["policies"]
+
+    top = final("top_x")
+    mixed = final("mixed", TopAServesBottomB.from_env)
+    a = "platform_a"
+    # Jointly, B's policy changes A's return although A serves the same slates ...
+    assert top["agent"][a]["returns"] != mixed["agent"][a]["returns"]
+    # ... alone (B serving the same random slates in both), A's return is the same.
+    assert top["agent_alone"][a]["returns"] == mixed["agent_alone"][a]["returns"]
+    assert top["agent_alone"][a]["returns"] == top["top_x_alone"][a]["returns"]

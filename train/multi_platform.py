@@ -261,7 +261,10 @@ def train_multi_platform(
 def final_evaluation(agent: Any, *, config: MultiPlatformTrainConfig) -> dict[str, Any]:
     """Greedy per-platform returns of ``agent``, random, the fixed heuristics ``top_x`` and
     ``bottom_x`` and (optionally) the joint planner, on the same held-out episodes (true
-    engagement, read through the env's evaluation channel)."""
+    engagement, read through the env's evaluation channel). With several platforms also
+    ``agent_alone`` and ``top_x_alone``: each platform's return when it alone follows the policy
+    and every other platform serves random slates (a comparison of one platform across methods
+    that holds the others fixed)."""
     from fedrec.agents.multi_platform import (
         HeuristicConfig,
         HeuristicMultiPolicy,
@@ -297,12 +300,44 @@ def final_evaluation(agent: Any, *, config: MultiPlatformTrainConfig) -> dict[st
             seed=seed,
             env_kwargs=config.env_kwargs,
         )
-        results[name] = {
-            platform: {
-                "mean": s.mean,
-                "half_width": s.half_width,
-                "returns": s.returns.tolist(),
+        results[name] = {platform: _summary(summary) for platform, summary in summaries.items()}
+    if len(probe.possible_agents) > 1:
+        # Fair comparison of one platform across methods: the policy serves platform p and every
+        # other platform serves the same fixed policy (random, same seed), so p's return does
+        # not depend on how well a method's other platforms serve the shared user.
+        for name in ("agent", "top_x"):
+            results[f"{name}_alone"] = {
+                platform: _summary(
+                    evaluate_joint_policy(
+                        OthersFixed(
+                            policies[name], RandomMultiPolicy(**parties, seed=seed), platform
+                        ),
+                        episodes=config.eval_episodes,
+                        num_envs=min(config.eval_episodes, 500),
+                        seed=seed,
+                        env_kwargs=config.env_kwargs,
+                    )[platform]
+                )
+                for platform in probe.possible_agents
             }
-            for platform, s in summaries.items()
-        }
     return {"episodes": config.eval_episodes, "seed": seed, "policies": results}
+
+
+def _summary(summary: Any) -> dict[str, Any]:
+    return {
+        "mean": summary.mean,
+        "half_width": summary.half_width,
+        "returns": summary.returns.tolist(),
+    }
+
+
+class OthersFixed:
+    """``policy`` on platform ``focus``, ``fixed`` on every other platform (evaluation only)."""
+
+    def __init__(self, policy: Any, fixed: Any, focus: str) -> None:
+        self.policy, self.fixed, self.focus = policy, fixed, focus
+
+    def act_joint(self, observations: Any, oracle: Any = None) -> dict[str, np.ndarray]:
+        slates = self.policy.act_joint(observations, oracle)
+        others = self.fixed.act(observations)
+        return {p: slates[p] if p == self.focus else others[p] for p in slates}

@@ -73,6 +73,21 @@ MULTI_PLATFORM_AGENTS: dict[str, AgentSpec] = {
         {"method": "fedslate", "global_network": "linear"},
         "the paper's ablation: F is one linear layer",
     ),
+    "fedslate_official": AgentSpec(
+        _FEDSLATE,
+        {
+            "method": "fedslate",
+            "head": "tanh",
+            "reward_scale": 1.0,
+            "choice_model": "paper",
+            "learning_rate": 0.01,
+            "normalize_inputs": False,
+            "local_hidden": (256,) * 5,
+            "global_hidden": (256,) * 4,
+        },
+        "the official code's settings (labelled): tanh heads, raw rewards, its softmax choice "
+        "model, Adam 0.01, raw inputs; its depths, narrowed from 4096/2048 to 256 units",
+    ),
     # Labelled deviations from the paper (docs/fedslate.md, "Diagnosis").
     "slateq_itemwise": AgentSpec(
         _FEDSLATE, {"method": "slateq", "local_network": "itemwise"}, "deviation: item-wise Q"

@@ -377,3 +377,27 @@ def test_bench_fedslate_cli_runs_the_requested_seeds(tmp_path, capsys) -> None:
     assert all(row.startswith("random,return/platform_") for row in table[1:])
     with pytest.raises(SystemExit, match="first-seed"):
         main([*argv[:8], "--first-seed=-1", "--out", str(tmp_path)])
+
+
+def test_saturated_official_values_make_the_greedy_slate_the_top_x_slate() -> None:
+    """The official code's settings (tanh heads, its softmax choice model): once every federated
+    value sits at the tanh bound, the greedy slate is the n largest-feature candidates, and the
+    diagnostics the final evaluation records say so."""
+    import torch
+
+    from fedrec.envs.multi_platform import ChocKaleMultiPlatformBatchEnv
+
+    env = ChocKaleMultiPlatformBatchEnv(8, num_candidates=10, slate_size=3)
+    agent = build_multi_platform_agent("fedslate_official", env, seed=0)
+    assert agent.config.head == "tanh" and agent.config.choice_model == "paper"
+    last = agent.server.network.net[-2]  # the Linear before the tanh head
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.fill_(10.0)  # every federated value at tanh(10) ~ 1
+    observations, _ = env.reset(seed=0)
+    agent.start_diagnostics()
+    agent.act(observations)
+    diagnostics = agent.diagnostics()
+    for platform in ("platform_a", "platform_b"):
+        assert diagnostics[platform] == {"saturated": 1.0, "top_x_slates": 1.0}
+    assert agent.diagnostics() == {}  # counting stopped

@@ -292,7 +292,11 @@ def final_evaluation(agent: Any, *, config: MultiPlatformTrainConfig) -> dict[st
         planner = OptimalPlanner(probe.params, seed=seed)
         policies["planner"] = JointReferencePolicy(planner, probe.params, probe.possible_agents)
     results = {}
+    diagnostics = None
     for name, policy in policies.items():
+        record = name == "agent" and hasattr(policy, "start_diagnostics")
+        if record:  # e.g. FedSlate: saturated item values, greedy slates equal to top-x
+            policy.start_diagnostics()
         summaries = evaluate_joint_policy(
             policy,
             episodes=config.eval_episodes,
@@ -301,6 +305,8 @@ def final_evaluation(agent: Any, *, config: MultiPlatformTrainConfig) -> dict[st
             env_kwargs=config.env_kwargs,
         )
         results[name] = {platform: _summary(summary) for platform, summary in summaries.items()}
+        if record:
+            diagnostics = policy.diagnostics()
     if len(probe.possible_agents) > 1:
         # Fair comparison of one platform across methods: the policy serves platform p and every
         # other platform serves the same fixed policy (random, same seed), so p's return does
@@ -320,7 +326,10 @@ def final_evaluation(agent: Any, *, config: MultiPlatformTrainConfig) -> dict[st
                 )
                 for platform in probe.possible_agents
             }
-    return {"episodes": config.eval_episodes, "seed": seed, "policies": results}
+    final = {"episodes": config.eval_episodes, "seed": seed, "policies": results}
+    if diagnostics is not None:
+        final["diagnostics"] = diagnostics
+    return final
 
 
 def _summary(summary: Any) -> dict[str, Any]:

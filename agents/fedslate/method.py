@@ -16,6 +16,9 @@ from fedrec.envs.choc_kale_model import ChocKaleParams
 from fedrec.federation.channel import Transport
 from fedrec.federation.messages import PrivacyViolation
 
+#: |item value| at or above this counts as saturated at a tanh head's bound of 1.
+SATURATION = 0.99
+
 
 class FedSlateAgent(MultiPlatformAgent):
     """FedSlate and its labelled variants on the multi-platform agent interface.
@@ -85,6 +88,7 @@ class FedSlateAgent(MultiPlatformAgent):
         self.target_syncs = 0
         self._train_debt = 0
         self.last_loss: dict[str, float] = {}
+        self._diagnostics: dict[str, np.ndarray] | None = None
 
     @classmethod
     def from_env(
@@ -127,7 +131,38 @@ class FedSlateAgent(MultiPlatformAgent):
             for p in self.names:
                 self.platforms[p].send_q_values(states[p])
             self.server.serve()
-        return {p: self.platforms[p].choose(states[p], epsilon) for p in self.names}
+        slates = {p: self.platforms[p].choose(states[p], epsilon) for p in self.names}
+        if self._diagnostics is not None and epsilon == 0.0:
+            self._record(states, slates)
+        return slates
+
+    # ------------------------------------------------------------------ diagnostics
+    def start_diagnostics(self) -> None:
+        """Count, over the greedy slates served from now on, how many item values sit at the tanh
+        bound and how many slates equal the fixed top-x slate (read by :meth:`diagnostics`)."""
+        self._diagnostics = {p: np.zeros(4) for p in self.names}
+
+    def _record(self, states: Mapping[str, np.ndarray], slates: Mapping[str, np.ndarray]) -> None:
+        n, size = self.params.num_candidates, self.params.slate_size
+        for p in self.names:
+            values = np.asarray(self.platforms[p].last_values, dtype=np.float64)
+            features = states[p][:, 1 : 1 + n]
+            top = np.sort(np.argsort(-features, axis=1, kind="stable")[:, :size], axis=1)
+            equal = (np.sort(slates[p], axis=1) == top).all(axis=1)
+            counts = self._diagnostics[p]
+            counts += [(np.abs(values) >= SATURATION).sum(), values.size, equal.sum(), len(equal)]
+
+    def diagnostics(self) -> dict[str, dict[str, float]]:
+        """Per platform since :meth:`start_diagnostics`: ``saturated`` (fraction of the item
+        values a greedy slate was chosen on with |value| >= 0.99, the tanh head's bound),
+        ``top_x_slates`` (fraction of greedy slates equal, as sets, to the n largest-feature
+        candidates); the counting stops."""
+        found = self._diagnostics or {}
+        self._diagnostics = None
+        return {
+            p: {"saturated": c[0] / max(c[1], 1), "top_x_slates": c[2] / max(c[3], 1)}
+            for p, c in found.items()
+        }
 
     def explore(self, observations: Observations) -> dict[str, np.ndarray]:
         """Behaviour slates: greedy on federated values, an independent epsilon coin per platform."""

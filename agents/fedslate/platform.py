@@ -92,6 +92,7 @@ class Platform:
         self._q_graph: torch.Tensor | None = None
         self._label: np.ndarray | None = None
         self._pending_loss = 0.0
+        self.last_values: np.ndarray | None = None  # the item values of the last choice
 
     # ------------------------------------------------------------------ features and choice
     def _norm(self, state: np.ndarray) -> torch.Tensor:
@@ -129,6 +130,7 @@ class Platform:
             q = self.local_q(state)
         v, v_null = self.choice_weights(state)
         slates = self._select(v, q.astype(np.float64), v_null)
+        self.last_values = q  # for diagnostics (FedSlateAgent.diagnostics); not state
         if epsilon > 0.0:
             explore = self.rng.random(len(state)) < epsilon
             keys = self.rng.random((len(state), self.num_candidates))

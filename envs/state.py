@@ -187,6 +187,53 @@ class StateReader:
             raise ValueError(f"{self.who} state has unexpected keys {unknown}")
 
 
+class CoreVectorEnvState:
+    """``state_dict`` / ``load_state_dict`` of a vector env whose users live in a core object.
+
+    The state is the env's generator and seed, the core's own state (``core.state_dict()``,
+    ``core.read_state(reader)`` to validate, ``core.set_state(value)`` to apply), one bool per
+    sub-env for each name in :attr:`STATE_MASKS` (attribute ``_NAME``) and the ``_started`` flag.
+    The logged-data and Taobao vector envs share it.
+    """
+
+    #: per-sub-env bool arrays kept as attribute ``_name``
+    STATE_MASKS: tuple[str, ...] = ("autoreset",)
+    num_envs: int
+
+    def _state_core(self) -> Any:
+        return self._core
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that changes while the env runs, as plain data (see :mod:`fedrec.envs.state`)."""
+        return {
+            "np_random": generator_state(self._np_random),
+            "np_random_seed": self._np_random_seed,
+            "core": self._state_core().state_dict(),
+            **{name: getattr(self, f"_{name}").copy() for name in self.STATE_MASKS},
+            "started": bool(self._started),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` into an env built with the same arguments (the data set is
+        not part of the state). The whole state is checked first (``ValueError``; no change)."""
+        core = self._state_core()
+        read = StateReader(state, type(self).__name__)
+        rng = read.generator()
+        seed = read.seed()
+        core_state = core.read_state(StateReader(read.dict("core"), f"{read.who} core"))
+        hint = f"num_envs={self.num_envs}"
+        masks = {
+            name: read.array(name, (self.num_envs,), bool, hint=hint) for name in self.STATE_MASKS
+        }
+        started = read.bool("started")
+        read.finish()
+        self._np_random, self._np_random_seed = rng, seed
+        core.set_state(core_state)
+        for name, mask in masks.items():
+            setattr(self, f"_{name}", mask)
+        self._started = started
+
+
 # --------------------------------------------------------------------------------------------
 # Wrapper chains and SyncVectorEnv
 

@@ -205,3 +205,26 @@ def test_progress_bar_does_not_flood_a_log_file(kind, ml100k, tmp_path, monkeypa
     text = stream.getvalue()
     assert text  # the bar was shown ...
     assert text.count("\r") <= 3  # ... but not redrawn step by step
+
+
+def test_a_checkpoint_written_before_a_hyperparameter_existed_is_accepted(tmp_path):
+    """A run saved by a fedrec without SlateQ's memory_decay resumes (the option at its default):
+    the checkpoint's setup record is checked against its own hash, then compared with defaults."""
+    from fedrec.train.checkpoint import setup_hash
+
+    _slate(tmp_path / "old")
+    checkpoint = tmp_path / "old" / "checkpoint.pt"
+    state = load_checkpoint(checkpoint)
+    del state["setup"]["agent_config"]["memory_decay"]  # as an older fedrec wrote it
+    state["setup_hash"] = setup_hash(state["setup"])
+    save_checkpoint(checkpoint, {k: v for k, v in state.items() if k != "format"})
+    config = json.loads((tmp_path / "old" / "config.json").read_text())
+    del config["agent_config"]["memory_decay"]
+    (tmp_path / "old" / "config.json").write_text(json.dumps(config))
+    log = (tmp_path / "old" / "episodes.csv").read_bytes()
+    _slate(tmp_path / "old", resume=True)  # accepted: nothing to add, the log is unchanged
+    assert (tmp_path / "old" / "episodes.csv").read_bytes() == log
+    state["setup_hash"] = "0" * 64  # a record that does not match its hash is refused
+    save_checkpoint(checkpoint, {k: v for k, v in state.items() if k != "format"})
+    with pytest.raises(ValueError, match="no valid setup record"):
+        _slate(tmp_path / "old", resume=True)

@@ -59,7 +59,11 @@ def to_plain(value: Any, path: str = "state") -> Any:
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "biufc":
             raise TypeError(f"{path}: arrays of dtype {value.dtype} cannot be checkpointed")
-        return {_ARRAY_TAG: torch.from_numpy(np.ascontiguousarray(value).copy())}
+        array = np.ascontiguousarray(value)
+        if not array.flags.writeable:  # torch.from_numpy needs a writeable array (else a copy)
+            array = array.copy()
+        # Shares memory with the caller's array: save_checkpoint serialises it at once.
+        return {_ARRAY_TAG: torch.from_numpy(array)}
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, Mapping):

@@ -52,6 +52,8 @@ from fedrec.train.checkpoint import (
 )
 
 Row = Sequence[Any]
+#: What defines an agent's run on an env: resuming with any of these changed is refused.
+AGENT_SETUP_KEYS = ("agent", "env_id", "seed", "num_envs", "env_kwargs", "agent_config")
 
 
 def config_dict(config: Any) -> dict[str, Any]:
@@ -319,9 +321,9 @@ class Trainer(abc.ABC):
             return None
         state = load_checkpoint(path)
         owner = state.get("setup")
-        if not isinstance(owner, Mapping) or state.get("setup_hash") != setup_hash(
-            {k: self._with_defaults(owner).get(k) for k in self.setup_keys}
-        ):
+        # The record must match the hash it was written with; only then is it compared with this
+        # run's setup (with defaults filled in for hyperparameters added since it was written).
+        if not isinstance(owner, Mapping) or state.get("setup_hash") != setup_hash(owner):
             raise ValueError(f"--resume: {path} has no valid setup record; refusing it")
         self._check_setup(
             owner, path, "belongs to another run (copied from another run directory?)"

@@ -32,11 +32,9 @@ from gymnasium.vector import AutoresetMode
 
 from fedrec.agents.base import SlateAgent, Transitions
 from fedrec.eval.rollout import EVAL_SEED_OFFSET, evaluate_policy
-from fedrec.train.core import CsvLog, Trainer, config_dict, default_config_dict
+from fedrec.train.core import AGENT_SETUP_KEYS, CsvLog, Trainer, config_dict, default_config_dict
 
 CSV_HEADER = ("episode", "step", "return", "length")
-#: What defines a run: resuming with any of these changed is refused.
-SETUP_KEYS = ("agent", "env_id", "seed", "num_envs", "env_kwargs", "agent_config")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,7 +206,7 @@ class SlateTrainer(Trainer):
         self.unit = "episodes" if config.episodes is not None else "steps"
         super().__init__(
             run_config=run_config,
-            setup_keys=SETUP_KEYS,
+            setup_keys=AGENT_SETUP_KEYS,
             out_dir=out_dir,
             resume=resume,
             progress=config.progress,

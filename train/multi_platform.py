@@ -36,11 +36,9 @@ import numpy as np
 from fedrec.agents.multi_platform import MultiPlatformAgent
 from fedrec.agents.registry import build_multi_platform_agent
 from fedrec.eval.rollout import EVAL_SEED_OFFSET
-from fedrec.train.core import Trainer, config_dict, default_config_dict
+from fedrec.train.core import AGENT_SETUP_KEYS, Trainer, config_dict, default_config_dict
 
 ENV_ID = "fedrec/ChocKaleMultiPlatform-v0"
-#: What defines a run: resuming with any of these changed is refused.
-SETUP_KEYS = ("agent", "env_id", "seed", "num_envs", "env_kwargs", "agent_config")
 
 AgentFactory = Callable[[Any], MultiPlatformAgent]
 
@@ -160,7 +158,7 @@ class MultiPlatformTrainer(Trainer):
         }
         super().__init__(
             run_config=run_config,
-            setup_keys=SETUP_KEYS,
+            setup_keys=AGENT_SETUP_KEYS,
             out_dir=out_dir,
             resume=resume,
             progress=config.progress,

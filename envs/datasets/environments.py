@@ -23,7 +23,7 @@ from fedrec.envs.slates import (
     reject_finished,
     validate_slates,
 )
-from fedrec.envs.state import StateReader, generator_state
+from fedrec.envs.state import CoreVectorEnvState, StateReader, generator_state
 from fedrec.envs.vector_utils import (
     check_vector_args,
     parse_autoreset_mode,
@@ -344,7 +344,7 @@ class LoggedEvaluationEnv(gym.Env[Observation, np.ndarray]):
         return text
 
 
-class LoggedEvaluationVectorEnv(VectorEnv):
+class LoggedEvaluationVectorEnv(CoreVectorEnvState, VectorEnv):
     """``num_envs`` users evaluated at once (see :class:`LoggedEvaluationEnv` for the card).
 
     Users are assigned in the order of a seeded sweep (slot ``i`` of the first reset gets the
@@ -406,32 +406,6 @@ class LoggedEvaluationVectorEnv(VectorEnv):
         self._autoreset[mask] = False
         self._started = True
         return self._core.observation(), {}
-
-    def state_dict(self) -> dict[str, Any]:
-        """Everything that changes while the env runs, as plain data (see :mod:`fedrec.envs.state`)."""
-        return {
-            "np_random": generator_state(self._np_random),
-            "np_random_seed": self._np_random_seed,
-            "core": self._core.state_dict(),
-            "autoreset": self._autoreset.copy(),
-            "started": bool(self._started),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` into an env built with the same arguments (the data set is
-        not part of the state). The whole state is checked first (``ValueError``; no change)."""
-        read = StateReader(state, type(self).__name__)
-        rng = read.generator()
-        seed = read.seed()
-        core = self._core.read_state(StateReader(read.dict("core"), f"{read.who} core"))
-        hint = f"num_envs={self.num_envs}"
-        autoreset = read.array("autoreset", (self.num_envs,), bool, hint=hint)
-        started = read.bool("started")
-        read.finish()
-        self._np_random, self._np_random_seed = rng, seed
-        self._core.set_state(core)
-        self._autoreset = autoreset
-        self._started = started
 
     def step(
         self, actions: np.ndarray
@@ -967,7 +941,7 @@ class LoggedInteractionEnv(_InteractionStepper, gym.Env[Observation, np.ndarray]
         )
 
 
-class LoggedInteractionVectorEnv(_InteractionStepper, VectorEnv):
+class LoggedInteractionVectorEnv(_InteractionStepper, CoreVectorEnvState, VectorEnv):
     """``num_envs`` interaction-mode users stepped together (card: :class:`LoggedInteractionEnv`).
 
     With ``num_envs=1`` and the same seed it reproduces the single env exactly. Autoreset follows
@@ -1037,31 +1011,8 @@ class LoggedInteractionVectorEnv(_InteractionStepper, VectorEnv):
         self._started = True
         return self.core.observation(), {}
 
-    def state_dict(self) -> dict[str, Any]:
-        """Everything that changes while the env runs, as plain data (see :mod:`fedrec.envs.state`)."""
-        return {
-            "np_random": generator_state(self._np_random),
-            "np_random_seed": self._np_random_seed,
-            "core": self.core.state_dict(),
-            "autoreset": self._autoreset.copy(),
-            "started": bool(self._started),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` into an env built with the same arguments (the data set is
-        not part of the state). The whole state is checked first (``ValueError``; no change)."""
-        read = StateReader(state, type(self).__name__)
-        rng = read.generator()
-        seed = read.seed()
-        core = self.core.read_state(StateReader(read.dict("core"), f"{read.who} core"))
-        hint = f"num_envs={self.num_envs}"
-        autoreset = read.array("autoreset", (self.num_envs,), bool, hint=hint)
-        started = read.bool("started")
-        read.finish()
-        self._np_random, self._np_random_seed = rng, seed
-        self.core.set_state(core)
-        self._autoreset = autoreset
-        self._started = started
+    def _state_core(self) -> Any:
+        return self.core
 
     def step(
         self, actions: np.ndarray

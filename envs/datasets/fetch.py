@@ -107,8 +107,8 @@ _ZIP_ERRORS = (
     zipfile.LargeZipFile,
     zlib.error,
     EOFError,
-    NotImplementedError,
-    RuntimeError,
+    NotImplementedError,  # zipfile: a compression method it does not support
+    RuntimeError,  # zipfile: an encrypted member without a password
 )
 
 

@@ -23,7 +23,7 @@ from gymnasium.vector.utils import batch_space
 from fedrec.envs.datasets.catalog import _signature, locate
 from fedrec.envs.datasets.formats import TAOBAO_USER_PROFILE_HEADER, load_taobao
 from fedrec.envs.slates import reject_finished, validate_scores
-from fedrec.envs.state import StateReader, generator_state
+from fedrec.envs.state import CoreVectorEnvState, StateReader, generator_state
 from fedrec.envs.vector_utils import (
     check_vector_args,
     parse_autoreset_mode,
@@ -396,7 +396,7 @@ class TaobaoAdsEnv(gym.Env[Observation, np.ndarray]):
         return {key: value[0] for key, value in self._core.observation().items()}
 
 
-class TaobaoAdsVectorEnv(VectorEnv):
+class TaobaoAdsVectorEnv(CoreVectorEnvState, VectorEnv):
     """``num_envs`` Taobao users' impression streams stepped together (card: :class:`TaobaoAdsEnv`).
 
     Slot ``i`` of the first reset gets the ``i``-th user of the seeded sweep and every later
@@ -411,6 +411,8 @@ class TaobaoAdsVectorEnv(VectorEnv):
     """
 
     metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    STATE_MASKS = ("autoreset", "done")
 
     def __init__(
         self,
@@ -452,35 +454,6 @@ class TaobaoAdsVectorEnv(VectorEnv):
         self._done[mask] = False
         self._started = True
         return self._core.observation(), {}
-
-    def state_dict(self) -> dict[str, Any]:
-        """Everything that changes while the env runs, as plain data (see :mod:`fedrec.envs.state`)."""
-        return {
-            "np_random": generator_state(self._np_random),
-            "np_random_seed": self._np_random_seed,
-            "core": self._core.state_dict(),
-            "autoreset": self._autoreset.copy(),
-            "done": self._done.copy(),
-            "started": bool(self._started),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` into an env built with the same arguments (the data set is
-        not part of the state). The whole state is checked first (``ValueError``; no change)."""
-        read = StateReader(state, type(self).__name__)
-        rng = read.generator()
-        seed = read.seed()
-        core = self._core.read_state(StateReader(read.dict("core"), f"{read.who} core"))
-        hint = f"num_envs={self.num_envs}"
-        autoreset = read.array("autoreset", (self.num_envs,), bool, hint=hint)
-        done = read.array("done", (self.num_envs,), bool, hint=hint)
-        started = read.bool("started")
-        read.finish()
-        self._np_random, self._np_random_seed = rng, seed
-        self._core.set_state(core)
-        self._autoreset = autoreset
-        self._done = done
-        self._started = started
 
     def step(
         self, actions: np.ndarray

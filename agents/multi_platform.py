@@ -12,9 +12,11 @@ methods where several platforms recommend to the same user (FedSlate, FedQ, your
   platform's observation;
 * the server holds only what reaches it through the channel, and its own models;
 * **every value that crosses a party boundary goes through** a
-  :class:`fedrec.federation.channel.Channel`, which validates it (only per-candidate values,
-  their gradients, TD labels and replay indices may travel: no observations, rewards, parameters
-  or dicts), counts its bytes per party and per user-episode, and delivers it. A method builds
+  :class:`fedrec.federation.channel.Channel`, which validates it against the method's
+  contract (FedSlate's, the default: only per-candidate values, their gradients, TD labels and
+  replay indices; no observations, rewards, parameters or dicts. A method that shares model
+  weights opens its channel with that contract instead, as :class:`fedrec.agents.fedpg.FedPGAgent`
+  does), counts its bytes per party and per user-episode, and delivers it. A method builds
   its channel with :meth:`MultiPlatformAgent.make_channel`; the loop reports its traffic.
 
 Keep each party in its own object with no reference to the others, as
@@ -42,7 +44,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -50,6 +52,7 @@ import numpy as np
 from fedrec.agents.base import NoConfig, random_slates
 from fedrec.envs.choc_kale_model import ChocKaleParams
 from fedrec.federation.channel import Channel, Transport
+from fedrec.federation.messages import FEDSLATE_KINDS, MessageKind
 
 #: ``{platform: {observation key: (U, ...) array}}``
 Observations = Mapping[str, Mapping[str, np.ndarray]]
@@ -113,11 +116,18 @@ class MultiPlatformAgent(abc.ABC):
         """Platforms without feedback."""
         return [p for p in self.names if not self.feedback[p]]
 
-    def make_channel(self, transport: Transport | None = None) -> Channel:
+    def make_channel(
+        self, transport: Transport | None = None, *, kinds: Iterable[MessageKind] = FEDSLATE_KINDS
+    ) -> Channel:
         """The validated, accounted channel between the platforms and the server (stored in
-        :attr:`channel`, whose traffic the loop reports)."""
+        :attr:`channel`, whose traffic the loop reports). ``kinds`` is the method's contract:
+        the message kinds it may send (default FedSlate's; see
+        :mod:`fedrec.federation.messages`)."""
         self.channel = Channel(
-            self.names, num_candidates=self.params.num_candidates, transport=transport
+            self.names,
+            num_candidates=self.params.num_candidates,
+            transport=transport,
+            kinds=kinds,
         )
         return self.channel
 

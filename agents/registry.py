@@ -33,6 +33,16 @@ AGENTS: dict[str, str] = {
 }
 
 _FEDSLATE = "fedrec.agents.fedslate:FedSlateAgent"
+#: The official code's settings (its widths narrowed from 4096/2048 to 256 to fit a CPU).
+_OFFICIAL = {
+    "head": "tanh",
+    "reward_scale": 1.0,
+    "choice_model": "paper",
+    "learning_rate": 0.01,
+    "normalize_inputs": False,
+    "local_hidden": (256,) * 5,
+    "global_hidden": (256,) * 4,
+}
 _ITEMWISE_RELU = {"local_network": "itemwise", "local_hidden": (64, 32), "local_activation": "relu"}
 
 
@@ -75,18 +85,27 @@ MULTI_PLATFORM_AGENTS: dict[str, AgentSpec] = {
     ),
     "fedslate_official": AgentSpec(
         _FEDSLATE,
-        {
-            "method": "fedslate",
-            "head": "tanh",
-            "reward_scale": 1.0,
-            "choice_model": "paper",
-            "learning_rate": 0.01,
-            "normalize_inputs": False,
-            "local_hidden": (256,) * 5,
-            "global_hidden": (256,) * 4,
-        },
+        {"method": "fedslate", **_OFFICIAL},
         "the official code's settings (labelled): tanh heads, raw rewards, its softmax choice "
         "model, Adam 0.01, raw inputs; its depths, narrowed from 4096/2048 to 256 units",
+    ),
+    "fedslate_exp_official": AgentSpec(
+        _FEDSLATE,
+        {"method": "fedslate_exp", **_OFFICIAL},
+        "the official (100, 10) script's settings (labelled): fedslate_official's, on "
+        "FedSlate(exp), where every platform has feedback",
+    ),
+    "fedcem": AgentSpec(
+        "fedrec.agents.fedcem:FedCEMAgent",
+        {},
+        "FedCEM: feedback platforms search a shared slate-scoring rule over (feature, time) by "
+        "the cross-entropy method; FedAvg gives it to every platform (weights cross the "
+        "channel, no per-user values)",
+    ),
+    "fedcem_notime": AgentSpec(
+        "fedrec.agents.fedcem:FedCEMAgent",
+        {"degree": 0},
+        "FedCEM whose rule ignores the time in the episode (ablation: no clock)",
     ),
     # Labelled deviations from the paper (docs/fedslate.md, "Diagnosis").
     "slateq_itemwise": AgentSpec(

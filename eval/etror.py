@@ -4,7 +4,8 @@ A training run directory (written by the training loop) holds ``config.json``, `
 (one row per completed training episode: ``episode,step,return,length``, or several return
 columns ``return/<platform>`` for multi-platform runs) and, once finished, ``final_eval.json``
 (the greedy agent and the reference policies on the same held-out episodes). Every column named
-``return`` or ``return/...`` is a *return series*; every metric is computed per series.
+``return`` or ``return/...`` is a *return series*; every metric is computed per series. A run with
+two or more platform columns also has the derived series ``return/joint`` (:data:`JOINT_SERIES`).
 
 Definitions (see ``docs/metrics.md`` for the reasoning):
 
@@ -28,6 +29,16 @@ Definitions (see ``docs/metrics.md`` for the reasoning):
   same length they were played on the same held-out episodes, so the CI is the paired t-interval
   of the per-episode differences; otherwise Welch's interval from the lists, or the two
   half-widths combined in quadrature when the lists are absent.
+* **Joint return** (multi-platform): the platforms share one user, so the series
+  ``return/joint`` is the user's total engagement: per training episode the sum of the platform
+  returns, and per policy with every platform in ``final_eval.json`` (not the ``*_alone`` ones)
+  the per-held-out-episode sum of its platform returns, with the t-interval of those sums.
+* **Heuristics**: vs random, vs top-x and vs bottom-x are agent - reference, paired on the
+  held-out episodes exactly as the regret (``top_x``/``bottom_x``: the n largest/smallest-feature
+  candidates).
+* **Greedy-slate diagnostics** (FedSlate family): ``final_eval.json``'s optional ``diagnostics``
+  ``{platform: {"saturated": f, "top_x_slates": f}}`` (fractions in [0, 1]), summarised per group
+  and platform as the mean over seeds with the min and max (:class:`SlateDiagnostics`).
 * **Across seeds**: runs are grouped by config ``label`` (else by the config's agent, env id,
   env and agent kwargs, episodes, steps and num_envs: :data:`GROUP_KEYS`);
   each metric is the mean over seeds with a 95% t confidence interval (no CI for one seed, except
@@ -50,8 +61,15 @@ from numpy.typing import ArrayLike
 from fedrec.eval.stats import column_mean_ci, mean_ci, welch_ci
 
 REQUIRED_COLUMNS = ("episode", "step", "length")
+#: The derived series of a multi-platform run: the sum of its platform returns per user-episode.
+JOINT_SERIES = "return/joint"
 #: The config keys that define an experiment; runs that differ only elsewhere (seed) are seeds.
 GROUP_KEYS = ("agent", "env_id", "env_kwargs", "agent_config", "episodes", "steps", "num_envs")
+#: The paired differences of a :class:`FinalEval` (fields of :class:`SeriesSummary` too): one
+#: policy minus another on the same held-out episodes of a run.
+PAIRED = ("regret", "gain_over_random", "gain_over_top_x", "gain_over_bottom_x", "alone_over_top_x")
+#: The fractions of ``final_eval.json``'s ``diagnostics`` entry, per platform.
+DIAGNOSTICS = ("saturated", "top_x_slates")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -256,6 +274,8 @@ class FinalEval:
     #: agent - top_x (the fixed highest-feature heuristic), paired: did it learn anything a
     #: fixed rule does not already do?
     gain_over_top_x: Estimate | None = None
+    #: agent - bottom_x (the mirror heuristic, smallest feature first), paired likewise
+    gain_over_bottom_x: Estimate | None = None
     #: multi-platform: agent_alone - top_x_alone, paired, each platform with every other platform
     #: serving random slates: one platform compared across methods with the others held fixed
     alone_over_top_x: Estimate | None = None
@@ -279,7 +299,33 @@ class RunLog:
         """The return columns: ``return`` and/or ``return/<platform>``."""
         return [c for c in self.episodes.columns if c == "return" or c.startswith("return/")]
 
+    @property
+    def platform_series(self) -> list[str]:
+        """The per-platform return columns ``return/<platform>`` (not ``return``, not joint)."""
+        return [c for c in self.series if c.startswith("return/") and c != JOINT_SERIES]
+
+    @property
+    def joint(self) -> bool:
+        """Whether ``return/joint`` is derived here: two or more platforms, no such column."""
+        return len(self.platform_series) >= 2 and JOINT_SERIES not in self.series
+
+    @property
+    def reported_series(self) -> list[str]:
+        """The series to summarise: the return columns, then ``return/joint`` when derived."""
+        return self.series + ([JOINT_SERIES] if self.joint else [])
+
+    @property
+    def diagnostics(self) -> Mapping[str, Mapping[str, float]]:
+        """The final evaluation's greedy-slate diagnostics per platform (:data:`DIAGNOSTICS`;
+        FedSlate family only, empty when absent)."""
+        if self.final_eval is None:
+            return {}
+        return self.final_eval.get("diagnostics") or {}
+
     def returns(self, series: str = "return") -> np.ndarray:
+        """One series' training returns; ``return/joint`` is the row sum of the platform columns."""
+        if series == JOINT_SERIES and self.joint:
+            return self.episodes[self.platform_series].sum(axis=1).to_numpy(dtype=np.float64)
         return self.episodes[series].to_numpy(dtype=np.float64)
 
     @property
@@ -311,27 +357,32 @@ class RunLog:
         if self.final_eval is None:
             return FinalEval()
         policies = self.final_eval["policies"]
-        found = {
-            name: entry
-            for name in policies
-            if (entry := _policy_entry(policies[name], series, self.path)) is not None
-        }
+        if series == JOINT_SERIES and self.joint:
+            found = {
+                name: entry
+                for name in policies
+                if not name.endswith("_alone")  # the others serve random: no joint meaning
+                and (entry := self._joint_entry(policies[name], confidence)) is not None
+            }
+        else:
+            found = {
+                name: entry
+                for name in policies
+                if (entry := _policy_entry(policies[name], series, self.path)) is not None
+            }
         agent = found.pop("agent", None)
         result = (
             regret(found["planner"], agent, confidence=confidence)
             if (agent is not None and "planner" in found)
             else None
         )
-        gain = (
-            regret(agent, found["random"], confidence=confidence)[0]
-            if (agent is not None and "random" in found)
-            else None
-        )
-        heuristic = (
-            regret(agent, found["top_x"], confidence=confidence)[0]
-            if (agent is not None and "top_x" in found)
-            else None
-        )
+
+        def over(reference: str) -> Estimate | None:
+            """Agent - ``reference``, paired on the same held-out episodes (as the regret)."""
+            if agent is None or reference not in found:
+                return None
+            return regret(agent, found[reference], confidence=confidence)[0]
+
         alone = (
             regret(found["agent_alone"], found["top_x_alone"], confidence=confidence)[0]
             if ("agent_alone" in found and "top_x_alone" in found)
@@ -342,10 +393,28 @@ class RunLog:
             references=found,
             regret=None if result is None else result[0],
             regret_method="" if result is None else result[1],
-            gain_over_random=gain,
-            gain_over_top_x=heuristic,
+            gain_over_random=over("random"),
+            gain_over_top_x=over("top_x"),
+            gain_over_bottom_x=over("bottom_x"),
             alone_over_top_x=alone,
         )
+
+    def _joint_entry(self, entry: Any, confidence: float) -> PolicyEval | None:
+        """A policy's joint return: per held-out episode the sum of its platform returns.
+
+        The platforms of a policy are played on the same held-out episodes, so the sums are
+        paired and the CI is the t-interval of the sums. ``None`` unless the policy has every
+        platform; without equal-length ``returns`` lists only the mean (sum of means) is known.
+        """
+        parts = [_policy_entry(entry, series, self.path) for series in self.platform_series]
+        if any(part is None for part in parts):
+            return None
+        lists = [part.returns for part in parts]
+        if all(r is not None and len(r) == len(lists[0]) for r in lists) and len(lists[0]):
+            sums = np.sum(lists, axis=0)
+            estimate = t_interval(sums, confidence=confidence)
+            return PolicyEval(estimate.mean, estimate.half_width, sums)
+        return PolicyEval(float(sum(part.mean for part in parts)))
 
 
 def _without_seed(value: Any) -> Any:
@@ -420,8 +489,10 @@ def load_run(path: str | Path) -> RunLog:
             raise ValueError(f"{final_path}: expected an object with a 'policies' object")
         for name, entry in final["policies"].items():
             _check_policy_entry(entry, f"{final_path}: policy {name!r}")
+        if "diagnostics" in final:
+            _check_diagnostics(final["diagnostics"], f"{final_path}: diagnostics")
     run = RunLog(path=path, config=config, episodes=episodes, final_eval=final)
-    for series in run.series:  # parse final_eval.json's entries now, not when printing
+    for series in run.reported_series:  # parse final_eval.json's entries now, not when printing
         run.final(series)
     return run
 
@@ -435,6 +506,25 @@ def _check_policy_entry(entry: Any, where: str) -> None:
     for platform, value in entry.items():
         if not isinstance(value, Mapping) or "mean" not in value:
             raise ValueError(f"{where}: entry {platform!r} has no 'mean'")
+
+
+def _check_diagnostics(entry: Any, where: str) -> None:
+    """Diagnostics are ``{platform: {"saturated": f, "top_x_slates": f}, ...}``, f in [0, 1]."""
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"{where}: expected an object of per-platform objects, got {entry!r:.60}")
+    for platform, values in entry.items():
+        if not isinstance(values, Mapping):
+            raise ValueError(f"{where}: entry {platform!r} must be an object, got {values!r:.60}")
+        for key in DIAGNOSTICS:
+            if key not in values:
+                raise ValueError(f"{where}: entry {platform!r} has no {key!r}")
+            value = values[key]
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not number or not 0 <= value <= 1:
+                raise ValueError(
+                    f"{where}: entry {platform!r}: {key!r} must be a fraction in [0, 1], "
+                    f"got {value!r:.60}"
+                )
 
 
 def _read_episodes(csv_path: Path) -> pd.DataFrame:
@@ -513,6 +603,8 @@ class SeriesSummary:
     gain_over_random: Estimate | None = None
     #: final greedy eval - top_x (the fixed highest-feature heuristic), paired likewise
     gain_over_top_x: Estimate | None = None
+    #: final greedy eval - bottom_x (the mirror heuristic), paired likewise
+    gain_over_bottom_x: Estimate | None = None
     #: multi-platform: the platform alone (others random) - top_x alone, paired likewise
     alone_over_top_x: Estimate | None = None
     #: every episode return and final-evaluation value of the series lies in [0, 1]: a rate such
@@ -532,9 +624,58 @@ class SeriesSummary:
         return self.references.get("top_x")
 
     @property
+    def bottom_x(self) -> Estimate | None:
+        return self.references.get("bottom_x")
+
+    @property
     def alone(self) -> Estimate | None:
         """The agent on this platform with every other platform serving random slates."""
         return self.references.get("agent_alone")
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Values over seeds: their mean, smallest and largest, and how many there are."""
+
+    mean: float
+    low: float
+    high: float
+    n: int = 1
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Spread:
+        array = np.asarray(values, dtype=np.float64)
+        return cls(float(array.mean()), float(array.min()), float(array.max()), len(array))
+
+    def format(self, digits: int = 3) -> str:
+        """``"mean (low–high)"``; the mean alone for one value."""
+        text = f"{self.mean:.{digits}f}"
+        return text if self.n < 2 else f"{text} ({self.low:.{digits}f}–{self.high:.{digits}f})"
+
+
+@dataclass(frozen=True)
+class SlateDiagnostics:
+    """One platform's greedy-slate diagnostics in one group, over the seeds that recorded them."""
+
+    platform: str
+    seeds: int
+    saturated: Spread
+    top_x_slates: Spread
+
+
+def slate_diagnostics(runs: Sequence[RunLog]) -> dict[str, SlateDiagnostics]:
+    """Per platform (in order of first appearance): the runs' final-evaluation diagnostics."""
+    platforms = list(dict.fromkeys(p for run in runs for p in run.diagnostics))
+    found = {}
+    for platform in platforms:
+        entries = [run.diagnostics[platform] for run in runs if platform in run.diagnostics]
+        found[platform] = SlateDiagnostics(
+            platform=platform,
+            seeds=len(entries),
+            saturated=Spread.of([e["saturated"] for e in entries]),
+            top_x_slates=Spread.of([e["top_x_slates"] for e in entries]),
+        )
+    return found
 
 
 @dataclass(frozen=True, eq=False)
@@ -545,6 +686,8 @@ class GroupSummary:
     label: str
     runs: Sequence[RunLog]
     series: Mapping[str, SeriesSummary]
+    #: per platform, the greedy-slate diagnostics of the final evaluations (empty without any)
+    diagnostics: Mapping[str, SlateDiagnostics] = field(default_factory=dict)
 
     @property
     def seeds(self) -> list[int | None]:
@@ -572,10 +715,16 @@ def _seed_estimate(estimates: Sequence[Estimate], *, confidence: float) -> Estim
     return t_interval([e.mean for e in estimates], confidence=confidence)
 
 
+def _across_seeds(finals: Sequence[FinalEval], name: str, *, confidence: float) -> Estimate | None:
+    """A per-run paired difference (the :class:`FinalEval` field ``name``) across seeds."""
+    values = [getattr(f, name) for f in finals if getattr(f, name) is not None]
+    return _seed_estimate(values, confidence=confidence)
+
+
 def in_unit_interval(runs: Sequence[RunLog], series: str) -> bool:
     """Whether every value of ``series`` in ``runs`` lies in [0, 1]: all episode returns and every
     final-evaluation mean and return (HR@K, NDCG@K, click rates rather than summed rewards)."""
-    values = [run.returns(series) for run in runs if series in run.series]
+    values = [run.returns(series) for run in runs if series in run.reported_series]
     for run in runs:
         final = run.final(series)
         for policy in (final.agent, *final.references.values()):
@@ -656,8 +805,8 @@ def aggregate(
 
     Per group and series: number of seeds, and mean ± ``confidence`` t-interval across seeds of
     ETROR (to optimal reward, to plateau, to ``target``), paper-style optimal reward, plateau,
-    final greedy evaluation, regret vs planner and the reference policies' means. Groups keep the
-    order of their first run.
+    final greedy evaluation, regret vs planner and the reference policies' means. A derived
+    ``return/joint`` comes after the other series. Groups keep the order of their first run.
     """
     grouped: dict[str, list[RunLog]] = {}
     for run in runs:
@@ -674,10 +823,11 @@ def aggregate(
     summaries = []
     for key, members in grouped.items():
         members = sorted(members, key=lambda r: (r.seed is None, r.seed or 0, str(r.path)))
-        names = list(dict.fromkeys(s for run in members for s in run.series))
+        names = list(dict.fromkeys(s for run in members for s in run.reported_series))
+        names.sort(key=lambda name: name == JOINT_SERIES)  # after the platforms (stable)
         per_series = {}
         for series in names:
-            having = [run for run in members if series in run.series]
+            having = [run for run in members if series in run.reported_series]
             curves = [run_metrics(run.returns(series), **options) for run in having]
             finals = [run.final(series, confidence=confidence) for run in having]
 
@@ -685,10 +835,6 @@ def aggregate(
                 return t_interval(values, confidence=confidence)
 
             agents = [f.agent.estimate for f in finals if f.agent is not None]
-            regrets = [f.regret for f in finals if f.regret is not None]
-            gains = [f.gain_over_random for f in finals if f.gain_over_random is not None]
-            over_top_x = [f.gain_over_top_x for f in finals if f.gain_over_top_x is not None]
-            alone = [f.alone_over_top_x for f in finals if f.alone_over_top_x is not None]
             refs = sorted({name for f in finals for name in f.references})
             episodes, mean, low, high, band = mean_curve(
                 [(c.episodes, c.values) for c in curves], confidence=confidence
@@ -702,7 +848,6 @@ def aggregate(
                 optimal_reward=across([c.optimal_reward for c in curves]),
                 plateau=across([c.plateau for c in curves]),
                 final=_seed_estimate(agents, confidence=confidence),
-                regret=_seed_estimate(regrets, confidence=confidence),
                 references={
                     name: _seed_estimate(
                         [f.references[name].estimate for f in finals if name in f.references],
@@ -716,10 +861,9 @@ def aggregate(
                 curve_low=low,
                 curve_high=high,
                 band=band,
-                gain_over_random=_seed_estimate(gains, confidence=confidence),
-                gain_over_top_x=_seed_estimate(over_top_x, confidence=confidence),
-                alone_over_top_x=_seed_estimate(alone, confidence=confidence),
+                **{name: _across_seeds(finals, name, confidence=confidence) for name in PAIRED},
                 unit_interval=in_unit_interval(having, series),
             )
-        summaries.append(GroupSummary(key, labels[key], members, per_series))
+        diagnostics = slate_diagnostics(members)
+        summaries.append(GroupSummary(key, labels[key], members, per_series, diagnostics))
     return summaries

@@ -14,13 +14,16 @@ Matching (:func:`paper_reference`): a number applies to a run's return series wh
 is the run's agent (lower case, a trailing ``Agent`` dropped: ``SlateQAgent`` is ``slateq``) (``"random"`` numbers apply to every agent), its scenario is the requested one
 (``"basic"`` unless asked otherwise), and its setting and platform are equal to the run's or
 ``None``. A single-platform series (column ``return``) counts as platform ``"alpha"``: a platform
-that observes its own feedback.
+that observes its own feedback. The joint return of a multi-platform run (``return/joint``, the
+sum over platforms) matches nothing: the paper reports no joint numbers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+
+from fedrec.eval.etror import JOINT_SERIES
 
 Metric = Literal["etror", "optimal_reward", "random_mean", "mean_reward"]
 
@@ -127,8 +130,10 @@ def paper_reference(
     """The paper numbers matching a run's agent, setting and return series, by metric.
 
     The most specific match wins (a number tied to the setting and platform over an untied one).
-    ``random_mean`` numbers match any algorithm.
+    ``random_mean`` numbers match any algorithm. The joint series ``return/joint`` matches none.
     """
+    if series == JOINT_SERIES:
+        return {}
     algorithm = algorithm_name(algorithm)
     platform = platform_of_series(series)
     best: dict[Metric, tuple[int, PaperNumber]] = {}

@@ -1,6 +1,7 @@
 """Learning-curve plots of aggregated training runs (matplotlib, Agg backend, PNG).
 
-One subplot per return series (``return``, or ``return/<platform>`` for multi-platform runs);
+One subplot per return series (``return``, or ``return/<platform>`` and the joint return
+``return/joint`` for multi-platform runs; the platforms share a y axis, the joint has its own);
 each group of runs is one mean curve over seeds with a band (95% t-interval with >= 3 seeds,
 min–max with 2, none with 1; the legend says which), and dashed horizontal lines at the random
 and planner policies' held-out means when ``final_eval.json`` reported them.
@@ -17,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from fedrec.eval.etror import GroupSummary
+from fedrec.eval.etror import JOINT_SERIES, GroupSummary
 
 #: Line styles of the reference lines (both dashed; the planner's is the denser).
 REFERENCE_STYLES = {"planner": (0, (5, 2)), "random": (0, (2, 3))}
@@ -39,9 +40,11 @@ def plot_learning_curves(
         raise ValueError("nothing to plot: no run has a return column")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure, axes = plt.subplots(
-        1, len(series), figsize=(6.4 * len(series), 4.4), squeeze=False, sharey=True
-    )
+    figure, axes = plt.subplots(1, len(series), figsize=(6.4 * len(series), 4.4), squeeze=False)
+    # One y axis for the per-platform series; the joint return (their sum) is on another scale.
+    shared = [ax for ax, name in zip(axes[0], series, strict=True) if name != JOINT_SERIES]
+    for ax in shared[1:]:
+        ax.sharey(shared[0])
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     try:
         for ax, name in zip(axes[0], series, strict=True):
@@ -86,6 +89,9 @@ def plot_learning_curves(
             ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)
         ylabel = "return" + (f" (mean of last {window} episodes)" if window else "")
         axes[0][0].set_ylabel(ylabel)
+        for ax, name in zip(axes[0], series, strict=True):
+            if name == JOINT_SERIES:
+                ax.set_ylabel("joint " + ylabel)
         figure.suptitle(title or "Learning curves (mean over seeds)")
         figure.tight_layout()
         figure.savefig(path, dpi=110, bbox_inches="tight")

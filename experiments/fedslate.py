@@ -1,4 +1,5 @@
-"""``fedrec bench fedslate``: FedSlate against SlateQ, FedSlate(exp), FedQ and random, per platform.
+"""``fedrec bench fedslate``: FedSlate against SlateQ, FedSlate(exp), FedQ, FedCEM and random, per
+platform.
 
 For a setting (the paper's (N, n) = 10x3, 100x10, 500x10; ``sparse``: the sparse team reward;
 ``5platforms``: five platforms, all with feedback and with two without; ``longterm``: 100x10 with
@@ -37,7 +38,7 @@ class Setting:
     paper: str = "auto"
 
 
-_BASIC = ("slateq", "fedslate", "fedslate_exp", "fedq", "random")
+_BASIC = ("slateq", "fedslate", "fedslate_exp", "fedq", "fedcem", "random")
 SETTINGS: dict[str, Setting] = {
     "10x3": Setting({"": {"num_candidates": 10, "slate_size": 3}}, _BASIC),
     "100x10": Setting({"": {"num_candidates": 100, "slate_size": 10}}, _BASIC),
@@ -80,7 +81,7 @@ SETTINGS: dict[str, Setting] = {
                 "sensitivity": LONG_TERM_KWARGS["sensitivity"],
             }
         },
-        ("slateq", "fedslate", "fedq", "random"),
+        ("slateq", "fedslate", "fedq", "fedcem", "random"),
         paper="none",
     ),
     "ablation": Setting(

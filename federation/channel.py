@@ -32,6 +32,7 @@ import numpy as np
 from fedrec.federation.messages import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_MAX_MESSAGE_ROWS,
+    FEDSLATE_KINDS,
     SERVER,
     InvalidMessage,
     Message,
@@ -138,6 +139,9 @@ class Channel:
     :param max_message_rows: the most rows (users, replay rows) of one payload (default
         :data:`~fedrec.federation.messages.DEFAULT_MAX_MESSAGE_ROWS`, 65,536; ``None``: no
         limit). A larger message is refused with :class:`InvalidMessage`.
+    :param kinds: the contract: the message kinds this channel carries (default
+        :data:`~fedrec.federation.messages.FEDSLATE_KINDS`); any other kind is refused with
+        :class:`PrivacyViolation`, when sent and again when received.
     """
 
     def __init__(
@@ -148,7 +152,11 @@ class Channel:
         transport: Transport | None = None,
         max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
         max_message_rows: int | None = DEFAULT_MAX_MESSAGE_ROWS,
+        kinds: Iterable[MessageKind] = FEDSLATE_KINDS,
     ) -> None:
+        self.kinds = frozenset(kinds)
+        if not self.kinds or not all(isinstance(k, MessageKind) for k in self.kinds):
+            raise ValueError(f"kinds must be a non-empty set of MessageKind, got {kinds!r}")
         self.platforms = list(platforms)
         self.parties = [SERVER, *self.platforms]
         self.num_candidates = int(num_candidates)
@@ -171,6 +179,7 @@ class Channel:
 
     def send(self, kind: MessageKind, sender: str, receiver: str, payload: object) -> Message:
         """Validate, account and deliver one message; returns it (already delivered)."""
+        self._check_contract(kind)
         for who in (sender, receiver):
             if who not in self.current:
                 raise InvalidMessage(f"{kind!r}: unknown party {who!r}; parties are {self.parties}")
@@ -213,6 +222,7 @@ class Channel:
                 max_bytes=self.max_message_bytes,
                 max_rows=self.max_message_rows,
             )
+            self._check_contract(message.kind)
             if message.receiver != receiver or message.sender not in self.current:
                 raise InvalidMessage(
                     f"{receiver!r} was handed a message from {message.sender!r} to "
@@ -228,6 +238,13 @@ class Channel:
             )
         self.transport.take(receiver)
         return message.payload
+
+    def _check_contract(self, kind: object) -> None:
+        if isinstance(kind, MessageKind) and kind not in self.kinds:
+            allowed = sorted(k.name for k in self.kinds)
+            raise PrivacyViolation(
+                f"{kind.name} is outside this channel's contract; it carries only {allowed}"
+            )
 
     def end_episode(self, episodes: int = 1) -> None:
         """Close the counters of one (batched) episode that played ``episodes`` user-episodes."""

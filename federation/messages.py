@@ -13,9 +13,16 @@ FEDERATED_Q_VALUES server -> platform   (B, N) float32               F([Q_k; Q_o
 Q_GRADIENTS        both ways            (B, N) float32               dLoss/dQ (split back-propagation)
 TD_TARGETS         platform <-> server  (B,) float32                 a feedback platform's TD label
 SAMPLE_INDICES     server -> platform   (B,) int64                   replay rows of the shared batch
+MODEL_PARAMETERS   platform <-> server  (P,) float32                 a policy model's weights (FedPG)
 ================== ==================== ============================ ==============================
 
-Anything else -- a dict, a tensor with a gradient graph, network parameters, observations,
+The first six kinds are FedSlate's contract (:data:`FEDSLATE_KINDS`), the default of every
+:class:`~fedrec.federation.channel.Channel`. ``MODEL_PARAMETERS`` is a different contract: a
+channel carries it only when it is opened with :data:`PARAMETER_SHARING_KINDS` (FedPG, in which
+platforms share a scoring model by federated averaging; see ``docs/fedslate.md``). A channel
+refuses every kind outside its contract with :class:`PrivacyViolation`.
+
+Anything else -- a dict, a tensor with a gradient graph, observations,
 rewards, a ragged or non-finite array -- is refused when the message is built: a payload that is
 not a plain ndarray, or a kind that is not a :class:`MessageKind`, raises :class:`PrivacyViolation`;
 a payload of the wrong shape, dtype or with NaN/inf, or larger than the channel's size limit
@@ -69,6 +76,7 @@ class MessageKind(enum.Enum):
     Q_GRADIENTS = "q_gradients"
     TD_TARGETS = "td_targets"
     SAMPLE_INDICES = "sample_indices"
+    MODEL_PARAMETERS = "model_parameters"
 
 
 #: kind -> (payload ndim, dtype). Q-like payloads are (batch, num_candidates) float32.
@@ -79,7 +87,13 @@ PAYLOAD_SPEC: dict[MessageKind, tuple[int, np.dtype]] = {
     MessageKind.Q_GRADIENTS: (2, np.dtype(np.float32)),
     MessageKind.TD_TARGETS: (1, np.dtype(np.float32)),
     MessageKind.SAMPLE_INDICES: (1, np.dtype(np.int64)),
+    MessageKind.MODEL_PARAMETERS: (1, np.dtype(np.float32)),
 }
+#: FedSlate's contract: per-candidate values, their gradients, TD labels and replay indices;
+#: no model parameters. The default contract of a channel.
+FEDSLATE_KINDS = frozenset(MessageKind) - {MessageKind.MODEL_PARAMETERS}
+#: The parameter-sharing contract (FedPG): model weights only; no per-user value crosses.
+PARAMETER_SHARING_KINDS = frozenset({MessageKind.MODEL_PARAMETERS})
 #: Kinds only the server may send, and kinds only a platform may send.
 SERVER_ONLY = frozenset({MessageKind.FEDERATED_Q_VALUES, MessageKind.SAMPLE_INDICES})
 PLATFORM_ONLY = frozenset({MessageKind.Q_VALUES, MessageKind.TARGET_Q_VALUES})

@@ -2,8 +2,10 @@
 
 Loads each run directory (``config.json``, ``episodes.csv``, optional ``final_eval.json``; a folder
 of run directories expands to its runs), groups seeds of the same experiment, prints one table row
-per group and return series (mean ± 95% CI across seeds) and writes a learning-curve PNG. The
-definitions are in ``docs/metrics.md`` and :mod:`fedrec.eval.etror`.
+per group and return series (mean ± 95% CI across seeds; multi-platform runs add the joint return
+``return/joint`` after their platforms), a table of greedy-slate diagnostics when the runs recorded
+them (FedSlate family), and writes a learning-curve PNG. The definitions are in
+``docs/metrics.md`` and :mod:`fedrec.eval.etror`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,15 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from fedrec.eval.etror import Estimate, GroupSummary, RunLog, aggregate, find_runs, load_run
+from fedrec.eval.etror import (
+    JOINT_SERIES,
+    Estimate,
+    GroupSummary,
+    RunLog,
+    aggregate,
+    find_runs,
+    load_run,
+)
 from fedrec.eval.paper_numbers import SETTINGS, SOURCE, paper_reference, setting_of
 
 PAPER_CHOICES = ("auto", "none", *SETTINGS)
@@ -28,6 +38,32 @@ PLATFORM_REGRET_NOTE = (
     "per-platform regret can be negative: the joint planner maximises the user's total "
     "engagement over all platforms, not each platform's own return, so an agent that serves "
     "one platform greedily can beat it there."
+)
+#: Printed under a table with a joint row (docs/metrics.md, "Joint return").
+JOINT_NOTE = (
+    f"{JOINT_SERIES} = the sum of the platforms' returns of the same user-episode (the platforms "
+    "share the user, so this is the user's total engagement); its final-eval CIs are over the "
+    "per-episode sums; it has no alone or paper figures."
+)
+#: Printed under a table with top-x columns (docs/metrics.md, "Top-x, bottom-x, ...").
+TOP_X_NOTE = (
+    "top-x = the fixed heuristic that serves the n largest-feature candidates (no learning, no "
+    "oracle); vs top-x = agent - top-x, paired; in the papers' settings top-x is (nearly) the "
+    "planner, so a learning claim there is a claim over it."
+)
+#: Printed under a table with bottom-x columns (the same section).
+BOTTOM_X_NOTE = (
+    "bottom-x = the mirror heuristic (the n smallest-feature candidates); a learning claim is a "
+    "claim over the better of the two heuristics (under long-term dynamics bottom-x is near the "
+    "planner, top-x far below); vs bottom-x = agent - bottom-x, paired."
+)
+#: The diagnostics table's columns and the note under it (docs/metrics.md, "Greedy-slate
+#: diagnostics").
+DIAGNOSTICS_COLUMNS = ["group", "platform", "seeds", "saturated", "top-x slates"]
+DIAGNOSTICS_NOTE = (
+    "saturated = fraction of the item values the greedy slates were chosen on with |value| >= "
+    "0.99 (the tanh bound); top-x slates = fraction of greedy slates equal, as sets, to the top-x "
+    "slate; mean over seeds (min–max over seeds)."
 )
 
 
@@ -79,7 +115,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         default=None,
         metavar="PATH",
-        help="also write the table as CSV (one row per group and series, cells as printed)",
+        help="also write the table as CSV (one row per group and series, cells as printed) and "
+        "any diagnostics table beside it (PATH with _diagnostics before .csv)",
     )
     parser.set_defaults(handler=run)
 
@@ -113,6 +150,30 @@ def _write_csv(path: Path, columns: list[str], rows: list[list[str]]) -> None:
         writer = csv.writer(handle)
         writer.writerow(columns)
         writer.writerows(rows)
+
+
+def _diagnostics_csv(path: Path) -> Path:
+    """The diagnostics CSV beside the main one: ``table.csv`` -> ``table_diagnostics.csv``."""
+    return path.with_name(f"{path.stem}_diagnostics.csv")
+
+
+def _print_diagnostics(console: Console, groups: list[GroupSummary], csv_path: Path | None) -> None:
+    """The greedy-slate diagnostics table (one row per group and platform), and its CSV."""
+    table = Table(title="Greedy-slate diagnostics (final evaluation)")
+    for column in DIAGNOSTICS_COLUMNS:
+        text = column in ("group", "platform")
+        table.add_column(column, justify="left" if text else "right", no_wrap=text)
+    rows = [
+        [group.label, platform, str(d.seeds), d.saturated.format(), d.top_x_slates.format()]
+        for group in groups
+        for platform, d in group.diagnostics.items()
+    ]
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    console.print(DIAGNOSTICS_NOTE, highlight=False)
+    if csv_path is not None:
+        _write_csv(_diagnostics_csv(csv_path), DIAGNOSTICS_COLUMNS, rows)
 
 
 def _load(path: Path) -> RunLog:
@@ -166,6 +227,8 @@ def run(args: argparse.Namespace) -> int:
     columns += ["regret", "random", "vs random"]
     show_heuristic = any(summary.top_x is not None for _, _, summary, _ in rows)
     columns += ["top-x", "vs top-x"] if show_heuristic else []
+    show_bottom = any(summary.bottom_x is not None for _, _, summary, _ in rows)
+    columns += ["bottom-x", "vs bottom-x"] if show_bottom else []
     show_alone = any(summary.alone is not None for _, _, summary, _ in rows)
     columns += ["alone", "alone vs top-x"] if show_alone else []
     columns += ["paper ETROR", "paper optimal", "paper random"] if show_paper else []
@@ -186,6 +249,8 @@ def run(args: argparse.Namespace) -> int:
         cells += [_signed(summary.gain_over_random, value)]
         if show_heuristic:
             cells += [_cell(summary.top_x, **value), _signed(summary.gain_over_top_x, value)]
+        if show_bottom:
+            cells += [_cell(summary.bottom_x, **value), _signed(summary.gain_over_bottom_x, value)]
         if show_alone:
             cells += [_cell(summary.alone, **value), _signed(summary.alone_over_top_x, value)]
         if show_paper:
@@ -203,11 +268,9 @@ def run(args: argparse.Namespace) -> int:
         "episodes. One seed: final-eval CIs are over held-out episodes."
     ]
     if show_heuristic:
-        notes.append(
-            "top-x = the fixed heuristic that serves the n largest-feature candidates (no "
-            "learning, no oracle); vs top-x = agent - top-x, paired: a learning claim is a claim "
-            "over it, since in the papers' settings it is (nearly) the planner."
-        )
+        notes.append(TOP_X_NOTE)
+    if show_bottom:
+        notes.append(BOTTOM_X_NOTE)
     if show_alone:
         notes.append(
             "alone = the platform's return when it alone follows the method and every other "
@@ -215,7 +278,13 @@ def run(args: argparse.Namespace) -> int:
             "changes this one's return); alone vs top-x = alone - top-x alone, paired: a "
             "comparison of one platform across methods with the others held fixed."
         )
-    if any(name.startswith("return/") and summary.regret for _, name, summary, _ in rows):
+    if any(name == JOINT_SERIES for _, name, _, _ in rows):
+        notes.append(JOINT_NOTE)
+    platform_regret = (
+        name.startswith("return/") and name != JOINT_SERIES and summary.regret
+        for _, name, summary, _ in rows
+    )
+    if any(platform_regret):
         notes.append(PLATFORM_REGRET_NOTE)
     if show_paper:
         notes.append(f"paper: {SOURCE} (scenario {args.scenario}).")
@@ -229,6 +298,8 @@ def run(args: argparse.Namespace) -> int:
     notes += [f"no curve: {text}" for text in short]
     for note in notes:
         console.print(note, highlight=False)
+    if any(group.diagnostics for group in groups):
+        _print_diagnostics(console, groups, args.csv)
     if not args.no_plot:
         from fedrec.eval.plots import plot_learning_curves
 

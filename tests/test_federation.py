@@ -8,6 +8,8 @@ import torch
 
 from fedrec.federation.channel import Channel, InProcessTransport, Transport
 from fedrec.federation.messages import (
+    FEDSLATE_KINDS,
+    PARAMETER_SHARING_KINDS,
     SERVER,
     InvalidMessage,
     Message,
@@ -50,6 +52,52 @@ def test_q_values_pass_and_arrive_read_only() -> None:
 def test_anything_but_an_array_is_a_privacy_violation(payload: object) -> None:
     with pytest.raises(PrivacyViolation, match="payload must be a plain numpy array"):
         _channel().send(MessageKind.Q_VALUES, "platform_a", SERVER, payload)
+
+
+def _payload(kind: MessageKind) -> np.ndarray:
+    if kind is MessageKind.SAMPLE_INDICES:
+        return np.zeros(4, np.int64)
+    if kind in (MessageKind.TD_TARGETS, MessageKind.MODEL_PARAMETERS):
+        return np.zeros(4, np.float32)
+    return _q()
+
+
+@pytest.mark.parametrize("contract", [FEDSLATE_KINDS, PARAMETER_SHARING_KINDS])
+@pytest.mark.parametrize("kind", list(MessageKind))
+def test_a_channel_carries_only_its_contracts_kinds(
+    contract: frozenset[MessageKind], kind: MessageKind
+) -> None:
+    channel = Channel(["platform_a", "platform_b"], num_candidates=N, kinds=contract)
+    sender, receiver = (
+        (SERVER, "platform_a")
+        if kind
+        in (
+            MessageKind.FEDERATED_Q_VALUES,
+            MessageKind.SAMPLE_INDICES,
+        )
+        else ("platform_a", SERVER)
+    )
+    before = channel.state_dict()
+    if kind in contract:
+        channel.send(kind, sender, receiver, _payload(kind))
+        assert channel.receive(receiver, kind).shape == _payload(kind).shape
+        return
+    with pytest.raises(PrivacyViolation, match="outside this channel's contract"):
+        channel.send(kind, sender, receiver, _payload(kind))
+    assert channel.state_dict() == before and channel.transport.pending() == 0
+    # A message of that kind handed over by the transport directly is refused and dropped too.
+    sealed = Message.make(kind, sender=sender, receiver=receiver, step=0, payload=_payload(kind))
+    channel.transport.deliver(sealed)
+    with pytest.raises(PrivacyViolation, match="outside this channel's contract"):
+        channel.receive(receiver, kind)
+    assert channel.transport.pending() == 0
+
+
+def test_fedslate_contract_refuses_model_parameters_by_default() -> None:
+    with pytest.raises(PrivacyViolation, match="MODEL_PARAMETERS is outside"):
+        _channel().send(MessageKind.MODEL_PARAMETERS, "platform_a", SERVER, np.zeros(3, np.float32))
+    with pytest.raises(ValueError, match="non-empty set of MessageKind"):
+        Channel(["platform_a"], num_candidates=N, kinds=["q_values"])
 
 
 def test_unknown_kinds_are_refused() -> None:

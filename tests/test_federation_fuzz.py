@@ -352,12 +352,13 @@ class CollectOnly(Transport):
 
 def _channel(limits: tuple[int | None, int | None], transport: Transport | None = None) -> Channel:
     max_bytes, max_rows = limits
-    return Channel(
+    return Channel(  # every kind allowed: these tests fuzz payloads; contracts are tested apart
         PLATFORMS,
         num_candidates=N,
         transport=transport,
         max_message_bytes=max_bytes,
         max_message_rows=max_rows,
+        kinds=frozenset(MessageKind),
     )
 
 

@@ -373,8 +373,9 @@ def test_bench_fedslate_cli_runs_the_requested_seeds(tmp_path, capsys) -> None:
     assert "random" in capsys.readouterr().out
     assert (tmp_path / "learning_curves.png").is_file()
     table = (tmp_path / "table.csv").read_text().splitlines()
-    assert table[0].startswith("group,series,seeds,ETROR") and len(table) == 1 + 2  # A and B
-    assert all(row.startswith("random,return/platform_") for row in table[1:])
+    assert table[0].startswith("group,series,seeds,ETROR") and len(table) == 1 + 3  # A, B, joint
+    series = [row.split(",")[:2] for row in table[1:]]
+    assert series == [["random", f"return/{s}"] for s in ("platform_a", "platform_b", "joint")]
     with pytest.raises(SystemExit, match="first-seed"):
         main([*argv[:8], "--first-seed=-1", "--out", str(tmp_path)])
 

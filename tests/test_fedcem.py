@@ -1,0 +1,146 @@
+"""FedCEM: the platform without feedback learns to serve from the feedback platform's search,
+under a parameter-sharing contract that the channel enforces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedrec.agents.fedcem import FedCEMAgent, FedCEMConfig, basis, top_slates
+from fedrec.agents.registry import build_multi_platform_agent
+from fedrec.envs.multi_platform import ChocKaleMultiPlatformBatchEnv
+from fedrec.federation import SERVER, MessageKind, PrivacyViolation
+from fedrec.train.checkpoint import from_plain, to_plain
+from fedrec.train.multi_platform import MultiPlatformTrainConfig, train_multi_platform
+
+SMALL = {"num_candidates": 10, "slate_size": 3}
+
+
+def _train(sensitivity: float, *, method: str = "fedcem", episodes: int = 640, seed: int = 1):
+    config = MultiPlatformTrainConfig(
+        method=method, episodes=episodes, num_users=16, seed=seed,
+        env_kwargs={**SMALL, "sensitivity": sensitivity}, agent_kwargs={"population": 32},
+        eval_episodes=64, planner=False, progress=False,
+    )  # fmt: skip
+    return train_multi_platform(config, out_dir=None).final_eval["policies"]
+
+
+@pytest.mark.parametrize(
+    ("sensitivity", "best", "worst"), [(0.05, "bottom_x", "top_x"), (0.01, "top_x", "bottom_x")]
+)
+def test_the_platform_without_feedback_learns_each_settings_best_heuristic(
+    sensitivity: float, best: str, worst: str
+) -> None:
+    """Under long-term dynamics kale pays (bottom-x), in the paper's setting chocolate (top-x):
+    B, which never sees a reward, serves the right one after training, on every held-out
+    episode, and beats random and the other heuristic."""
+    policies = _train(sensitivity)
+    for platform in ("platform_a", "platform_b"):
+        agent = policies["agent"][platform]
+        assert agent["returns"] == policies[best][platform]["returns"]
+        assert agent["mean"] > policies["random"][platform]["mean"] + 50
+        assert agent["mean"] > policies[worst][platform]["mean"] + 100
+
+
+def test_without_feedback_anywhere_it_refuses_to_build() -> None:
+    env = ChocKaleMultiPlatformBatchEnv(4, **SMALL, feedback=[False, False])
+    with pytest.raises(ValueError, match="at least one platform with feedback"):
+        FedCEMAgent.from_env(env, seed=0)
+
+
+class Spy:
+    """Records every message the channel delivers."""
+
+    def __init__(self, channel) -> None:
+        self.messages = []
+        original = channel.transport.deliver
+
+        def deliver(message):
+            self.messages.append(message)
+            original(message)
+
+        channel.transport.deliver = deliver
+
+
+def _play(agent, env, episodes: int, *, seed: int | None = 0) -> None:
+    for episode in range(episodes):
+        observations, _ = env.reset(seed=seed if episode == 0 else None)
+        running = True
+        while running:
+            slates = agent.explore(observations)
+            next_observations, rewards, terminated, _, _ = env.step(slates)
+            feedback = {p: rewards[p] for p in env.possible_agents if env.feedback[p]}
+            agent.observe(
+                observations, slates, feedback, next_observations, terminated["platform_a"]
+            )
+            observations = next_observations
+            running = not terminated["platform_a"].all()
+        agent.end_episode(env.num_users)
+
+
+def test_only_rule_weights_cross_and_never_a_per_user_value() -> None:
+    users = 8
+    env = ChocKaleMultiPlatformBatchEnv(users, **SMALL)
+    agent = build_multi_platform_agent("fedcem", env, seed=0, population=16)
+    spy = Spy(agent.channel)
+    _play(agent, env, 4)
+    d = 2 * (agent.config.degree + 1)  # weights of one rule
+    assert agent.updates == 2 and spy.messages
+    assert {m.kind for m in spy.messages} == {MessageKind.MODEL_PARAMETERS}
+    from_platforms = [m for m in spy.messages if m.sender != SERVER]
+    # Platforms send only the updated search distribution, and only A (B has nothing to learn
+    # from): mean and spread, 2 d floats per update, never a per-user array.
+    assert {m.sender for m in from_platforms} == {"platform_a"}
+    assert all(m.payload.shape == (2 * d,) for m in from_platforms)
+    # The server sends the rule and each episode's draws (random numbers, no user data).
+    assert {m.payload.shape for m in spy.messages if m.sender == SERVER} == {(2 * d,), (users * d,)}
+    # Anything else is refused by the channel: e.g. FedSlate's per-user Q values.
+    with pytest.raises(PrivacyViolation, match="outside this channel's contract"):
+        agent.channel.send(
+            MessageKind.Q_VALUES, "platform_a", SERVER, np.zeros((1, 10), np.float32)
+        )
+
+
+def test_every_platform_serves_the_same_rule_and_the_silent_one_follows_the_feedback_one() -> None:
+    env = ChocKaleMultiPlatformBatchEnv(8, **SMALL, sensitivity=0.05)
+    agent = build_multi_platform_agent("fedcem", env, seed=0, population=16)
+    _play(agent, env, 20)
+    a, b = agent.platforms["platform_a"], agent.platforms["platform_b"]
+    np.testing.assert_array_equal(a.mean, b.mean)
+    np.testing.assert_array_equal(agent.server.mean, a.mean.astype(np.float32))
+    observations, _ = env.reset(seed=5)
+    same = {"platform_a": observations["platform_a"], "platform_b": observations["platform_a"]}
+    slates = agent.act(same)
+    np.testing.assert_array_equal(slates["platform_a"], slates["platform_b"])
+
+
+def test_basis_and_rule_shapes() -> None:
+    x = np.array([[0.1, 0.9, 0.5]])
+    phi = basis(x, 0.5, 2)
+    assert phi.shape == (1, 3, 6)
+    np.testing.assert_allclose(phi[0, 1], [0.9, 0.45, 0.225, 0.81, 0.405, 0.2025])
+    np.testing.assert_array_equal(top_slates(np.array([[0.0, 2.0, 1.0]]), 2), [[1, 2]])
+    with pytest.raises(ValueError, match="elite_fraction"):
+        FedCEMConfig(population=4, elite_fraction=0.25)
+    with pytest.raises(ValueError, match="degree"):
+        FedCEMConfig(degree=9)
+
+
+def test_state_round_trips_through_plain_data_and_continues_identically() -> None:
+    def fresh():
+        env = ChocKaleMultiPlatformBatchEnv(8, **SMALL, sensitivity=0.05)
+        return env, build_multi_platform_agent("fedcem", env, seed=3, population=16)
+
+    env, agent = fresh()
+    _play(agent, env, 3)  # mid-population: one episode of draws is pending
+    state = from_plain(to_plain(agent.state_dict()))
+    env_state = env.state_dict()
+    env2, agent2 = fresh()
+    agent2.load_state_dict(state)
+    env2.load_state_dict(env_state)
+    for e, ag in ((env, agent), (env2, agent2)):
+        _play(ag, e, 1, seed=None)
+    np.testing.assert_array_equal(
+        agent.platforms["platform_b"].mean, agent2.platforms["platform_b"].mean
+    )
+    assert agent.updates == agent2.updates == 2

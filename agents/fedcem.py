@@ -4,29 +4,32 @@ without feedback serves with the rule that the feedback platforms found on their
 Why it exists: in FedSlate a platform without feedback can only calibrate the *level* of its
 values (its loss never involves the items it served; ``docs/fedslate.md``), so it cannot learn
 which items to serve. Here every platform ranks its own candidates by the same linear score
-theta . phi(x_i, tau) of a candidate's feature x_i and the fraction tau of the episode played,
-phi = (x, x^2) times (1, tau, ..., tau^degree), and serves the n best-scored ones. The rule can
-express "kale first, chocolate at the end", the shape of the optimal plan under long-term
-dynamics; top-x and bottom-x are two of its points.
+theta . phi(x_i, tau) of a candidate's feature x_i and the fraction tau of the episode played:
+phi holds x and x^2 in the slot of tau's part of the episode (``time_bins`` equal parts), so the
+rule has its own weights per part of the episode. It serves the n best-scored candidates. The
+rule can express "kale first, chocolate at the end", the shape of the optimal plan under
+long-term dynamics; top-x and bottom-x are two of its points.
 
-Learning is a policy search, not a gradient: each platform with feedback keeps a Gaussian
-search distribution N(mu, diag sigma^2) over theta, gives each of its users in a batch its own
-draw, and after ``population`` user-episodes moves mu and sigma towards the draws of the
-``elite_fraction`` best episode returns (the cross-entropy method). Why not a per-step policy
-gradient: from the random policy the local gradient of the return points to the myopic
-top-x slate under long-term dynamics (what pays now), a local optimum that REINFORCE did not
-leave in our measurements (``docs/fedslate.md``); the search compares whole episodes.
-
-After each update the server averages the feedback platforms' (mu, sigma) (FedAvg) and sends the
-average to every platform, including those without feedback, which serve the greedy rule mu.
+Learning is a policy search, not a gradient. The server keeps a Gaussian search distribution
+N(mu, diag sigma^2) over theta; at the start of every training episode it draws one rule per user
+and sends the draws to every platform, so a user meets the same rule on every platform (each
+rule is tried as a joint policy: the user is shared, and one platform's return depends mostly on
+what the *other* serves). After ``population`` (256) user-episodes each platform with feedback
+moves mu and sigma towards the draws of its ``elite_fraction`` best episode returns (the
+cross-entropy method), by its own rewards, and sends the new (mu, sigma) to the server, which
+averages them (FedAvg) and sends the average to every platform. In evaluation every platform
+serves the greedy rule mu. Why not a per-step policy gradient: from the random policy the local
+gradient of the return points to the myopic top-x slate under long-term dynamics (what pays
+now), a local optimum that REINFORCE did not leave in our measurements (``docs/fedcem.md``).
 
 Privacy contract (enforced by the channel, opened with
 :data:`~fedrec.federation.messages.PARAMETER_SHARING_KINDS`): only ``MODEL_PARAMETERS``
-messages travel, platform -> server (feedback platforms) and server -> platform: 2 x (the number
-of basis functions) floats per update. No per-user value crosses a party boundary: no
-observations, slates, rewards, clicks or returns. The weights reveal the feedback platforms'
-preferred rule over (item feature, time in the episode), aggregated over their users. This is a
-different contract from FedSlate's, which shares per-user, per-candidate Q values and no weights.
+messages travel: the rule (mu, sigma) and each episode's draws (random numbers, no user data),
+server -> platform, and the updated (mu, sigma), feedback platform -> server. No per-user value
+derived from a user crosses a party boundary: no observations, slates, rewards, clicks or
+returns. The weights reveal the feedback platforms' preferred rule over (item feature, time in
+the episode), aggregated over their users' episodes. This is a different contract from
+FedSlate's, which shares per-user, per-candidate Q values and no weights.
 
 Assumes the multi-platform env's fixed-length, synchronised episodes: the method counts the
 steps of the current episode itself (``episode_length`` joint steps; every ``act``/``explore``
@@ -49,11 +52,12 @@ from fedrec.federation.messages import PARAMETER_SHARING_KINDS
 
 @dataclasses.dataclass(frozen=True)
 class FedCEMConfig:
-    degree: int = dataclasses.field(
-        default=2, metadata={"help": "polynomial degree in the episode fraction (0: no clock)"}
+    time_bins: int = dataclasses.field(
+        default=10,
+        metadata={"help": "equal parts of the episode with their own weights (1: no clock)"},
     )
     population: int = dataclasses.field(
-        default=64, metadata={"help": "user-episodes (own draws of theta) per search update"}
+        default=256, metadata={"help": "user-episodes (own draws of theta) per search update"}
     )
     elite_fraction: float = dataclasses.field(
         default=0.25, metadata={"help": "fraction of the population that the update moves to"}
@@ -69,8 +73,8 @@ class FedCEMConfig:
     )
 
     def __post_init__(self) -> None:
-        if isinstance(self.degree, bool) or not 0 <= int(self.degree) <= 5:
-            raise ValueError(f"degree must be an integer in [0, 5], got {self.degree!r}")
+        if isinstance(self.time_bins, bool) or not 1 <= int(self.time_bins) <= 100:
+            raise ValueError(f"time_bins must be an integer in [1, 100], got {self.time_bins!r}")
         if self.population < 4:
             raise ValueError(f"population must be >= 4, got {self.population}")
         if not 0 < self.elite_fraction < 1 or self.elite_fraction * self.population < 2:
@@ -87,14 +91,18 @@ class FedCEMConfig:
             )
 
 
-def basis(candidates: np.ndarray, fraction: float, degree: int) -> np.ndarray:
-    """(U, N) features -> (U, N, 2 (degree + 1)): x and x^2, each times 1, tau, ..., tau^degree.
+def basis(candidates: np.ndarray, fraction: float, time_bins: int) -> np.ndarray:
+    """(U, N) features -> (U, N, 2 B): x and x^2, placed in the slot of the time bin (of B equal
+    parts of the episode) that ``fraction`` falls in; zeros elsewhere.
 
-    Terms without x would add the same amount to every candidate and never change a ranking.
+    So the rule has its own weights on x and x^2 in each part of the episode and can change
+    its mind near the end (the optimal plan's shape under long-term dynamics). Terms without x
+    would add the same amount to every candidate and never change a ranking.
     """
     x = np.asarray(candidates, dtype=np.float64)
-    powers = fraction ** np.arange(degree + 1)
-    return np.concatenate([x[..., None] * powers, (x * x)[..., None] * powers], axis=-1)
+    slot = np.zeros(time_bins)
+    slot[min(int(fraction * time_bins), time_bins - 1)] = 1.0
+    return np.concatenate([x[..., None] * slot, (x * x)[..., None] * slot], axis=-1)
 
 
 def top_slates(scores: np.ndarray, n: int) -> np.ndarray:
@@ -119,7 +127,7 @@ class SearchingPlatform:
         self.name, self.channel, self.config, self.learns = name, channel, config, learns
         self.slate_size = params.slate_size
         self.rng = np.random.default_rng(seed)
-        size = 2 * (config.degree + 1)
+        size = 2 * config.time_bins
         self.mean = np.zeros(size)
         self.std = np.full(size, config.initial_std)
         self.draws = np.zeros((0, size))  # this episode's theta, one row per user
@@ -127,7 +135,7 @@ class SearchingPlatform:
         self.population: list[tuple[np.ndarray, np.ndarray]] = []  # (thetas, returns) per batch
 
     def slates(self, candidates: np.ndarray, fraction: float, *, explore: bool) -> np.ndarray:
-        phi = basis(candidates[..., 0], fraction, self.config.degree)
+        phi = basis(candidates[..., 0], fraction, self.config.time_bins)
         if not explore:
             return top_slates(phi @ self.mean, self.slate_size)
         if len(self.draws) != len(candidates):
@@ -294,7 +302,7 @@ class FedCEMAgent(MultiPlatformAgent):
             channel,
             senders=self.feedback_platforms,
             receivers=self.names,
-            size=2 * (self.config.degree + 1),
+            size=2 * self.config.time_bins,
             initial_std=self.config.initial_std,
             seed=int(seeds[-1]),
         )

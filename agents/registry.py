@@ -104,7 +104,7 @@ MULTI_PLATFORM_AGENTS: dict[str, AgentSpec] = {
     ),
     "fedcem_notime": AgentSpec(
         "fedrec.agents.fedcem:FedCEMAgent",
-        {"degree": 0},
+        {"time_bins": 1},
         "FedCEM whose rule ignores the time in the episode (ablation: no clock)",
     ),
     # Labelled deviations from the paper (docs/fedslate.md, "Diagnosis").

@@ -114,10 +114,18 @@ def setting_of(env_id: str, env_kwargs: dict | None) -> str | None:
     return f"{int(kwargs.get('num_candidates', 10))}x{int(kwargs.get('slate_size', 3))}"
 
 
+#: The parity configurations (the official code's settings) compare with the paper's FedSlate:
+#: the official repository's only (100, 10) script runs the FedSlate(exp) variant, so its
+#: (100, 10) numbers are the ones the paper reports for FedSlate.
+PARITY_ALGORITHMS = {"fedslate_official": "fedslate", "fedslate_exp_official": "fedslate"}
+
+
 def algorithm_name(agent: str) -> str:
-    """The paper's name for a config ``agent``: ``"SlateQAgent"`` / ``"slateq"`` -> ``"slateq"``."""
+    """The paper's name for a config ``agent``: ``"SlateQAgent"`` / ``"slateq"`` -> ``"slateq"``;
+    a parity configuration (``fedslate_official``) -> ``"fedslate"``."""
     name = agent.lower().replace("-", "_")
-    return name.removesuffix("agent").rstrip("_") or name
+    name = name.removesuffix("agent").rstrip("_") or name
+    return PARITY_ALGORITHMS.get(name, name)
 
 
 def paper_reference(

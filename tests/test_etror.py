@@ -292,3 +292,10 @@ def test_paper_numbers_match_settings_and_platforms() -> None:
     assert (beta["etror"].value, beta["optimal_reward"].value) == (1700, 1129.96)
     assert beta["random_mean"].value == 939.979
     assert str(paper_reference(algorithm="fedslate", setting="10x3")["etror"]) == "not conv."
+    # The parity configurations compare with the paper's FedSlate numbers.
+    for parity in ("fedslate_official", "fedslate_exp_official"):
+        official = paper_reference(algorithm=parity, setting="100x10", series="return/platform_b")
+        assert official["optimal_reward"].value == 1102.269
+    assert "optimal_reward" not in paper_reference(
+        algorithm="fedslate_exp", setting="100x10", series="return/platform_b"
+    )

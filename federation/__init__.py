@@ -3,6 +3,8 @@ and the FedNCF aggregation rules."""
 
 from fedrec.federation.channel import Channel, InProcessTransport, Transport
 from fedrec.federation.messages import (
+    FEDSLATE_KINDS,
+    PARAMETER_SHARING_KINDS,
     SERVER,
     InvalidMessage,
     Message,
@@ -11,6 +13,8 @@ from fedrec.federation.messages import (
 )
 
 __all__ = [
+    "FEDSLATE_KINDS",
+    "PARAMETER_SHARING_KINDS",
     "SERVER",
     "Channel",
     "InProcessTransport",

@@ -209,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
         relative=not args.absolute,
         target=args.target,
     )
-    console = Console(width=None if sys.stdout.isatty() else 220)
+    console = Console(width=None if sys.stdout.isatty() else 320)
     tolerance = f"{args.tolerance:g}" if args.absolute else f"{100 * args.tolerance:g}%"
     table = Table(
         title=f"Training runs: mean ± 95% CI across seeds (curve: mean of last {args.window} "
@@ -224,6 +224,8 @@ def run(args: argparse.Namespace) -> int:
     columns = ["group", "series", "seeds", "ETROR", "ETROR→plateau"]
     columns += [f"ETROR→{args.target:g}"] if show_target else []
     columns += ["optimal (paper-style)", "plateau", "final greedy eval", "planner"]
+    show_myopic = any(summary.myopic is not None for _, _, summary, _ in rows)
+    columns += ["myopic"] if show_myopic else []
     columns += ["regret", "random", "vs random"]
     show_heuristic = any(summary.top_x is not None for _, _, summary, _ in rows)
     columns += ["top-x", "vs top-x"] if show_heuristic else []
@@ -245,6 +247,7 @@ def run(args: argparse.Namespace) -> int:
         cells += [_cell(summary.etror_target, **etror)] if show_target else []
         cells += [_cell(summary.optimal_reward, **value), _cell(summary.plateau, **value)]
         cells += [_cell(summary.final, **value), _cell(summary.planner, **value)]
+        cells += [_cell(summary.myopic, **value)] if show_myopic else []
         cells += [_cell(summary.regret, **value), _cell(summary.random, **value)]
         cells += [_signed(summary.gain_over_random, value)]
         if show_heuristic:

@@ -34,6 +34,12 @@ FENCE = re.compile(
 CHECKS: dict[tuple[str, int], Callable[[dict[str, Any]], bool]] = {
     # PPO on ChocKale-v0 beats uniformly random slates (measured +8.3%; seeds 0-4: +7% to +10%).
     ("sb3.md", 0): lambda names: names["ppo"] > 1.04 * names["random"],
+    # The shared user's dilemma under long-term dynamics (measured: A +75.5 by defecting; joint
+    # 2,313.1 both kale against 1,990.0 at best otherwise).
+    ("fedcem.md", 0): lambda names: (
+        names["a_gains_by_defecting"] > 30
+        and names["joint_both_kale"] > names["joint_best_other"] + 200
+    ),
 }
 
 # Runs the block as __main__ and writes its top-level scalars as JSON.

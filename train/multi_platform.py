@@ -258,8 +258,8 @@ def train_multi_platform(
 
 def final_evaluation(agent: Any, *, config: MultiPlatformTrainConfig) -> dict[str, Any]:
     """Greedy per-platform returns of ``agent``, random, the fixed heuristics ``top_x`` and
-    ``bottom_x`` and (optionally) the joint planner, on the same held-out episodes (true
-    engagement, read through the env's evaluation channel). With several platforms also
+    ``bottom_x`` and (optionally) the oracles: the joint planner and myopic, on the same held-out
+    episodes (true engagement, read through the env's evaluation channel). With several platforms also
     ``agent_alone`` and ``top_x_alone``: each platform's return when it alone follows the policy
     and every other platform serves random slates (a comparison of one platform across methods
     that holds the others fixed)."""
@@ -268,7 +268,7 @@ def final_evaluation(agent: Any, *, config: MultiPlatformTrainConfig) -> dict[st
         HeuristicMultiPolicy,
         RandomMultiPolicy,
     )
-    from fedrec.agents.reference import JointReferencePolicy, OptimalPlanner
+    from fedrec.agents.reference import JointReferencePolicy, MyopicPolicy, OptimalPlanner
     from fedrec.eval.rollout import evaluate_joint_policy
 
     seed = EVAL_SEED_OFFSET + config.seed
@@ -289,6 +289,8 @@ def final_evaluation(agent: Any, *, config: MultiPlatformTrainConfig) -> dict[st
     if config.planner:
         planner = OptimalPlanner(probe.params, seed=seed)
         policies["planner"] = JointReferencePolicy(planner, probe.params, probe.possible_agents)
+        myopic = MyopicPolicy(probe.params, seed=seed)  # what pays now, from the true state
+        policies["myopic"] = JointReferencePolicy(myopic, probe.params, probe.possible_agents)
     results = {}
     diagnostics = None
     for name, policy in policies.items():

@@ -189,7 +189,7 @@ def print_table(paths: list[Path], setting: str, *, plot: Path | None) -> int:
 def add_parser(bench_subparsers: argparse._SubParsersAction) -> None:
     parser = bench_subparsers.add_parser(
         "fedslate",
-        help="FedSlate vs SlateQ, FedSlate(exp), FedQ and random on the multi-platform env",
+        help="FedSlate vs SlateQ, FedSlate(exp), FedQ, FedCEM and random on the multi-platform env",
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
     parser.add_argument("--setting", choices=tuple(SETTINGS), default="100x10")

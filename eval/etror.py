@@ -509,15 +509,16 @@ def _check_policy_entry(entry: Any, where: str) -> None:
 
 
 def _check_diagnostics(entry: Any, where: str) -> None:
-    """Diagnostics are ``{platform: {"saturated": f, "top_x_slates": f}, ...}``, f in [0, 1]."""
+    """Diagnostics are ``{platform: {"saturated": f, "top_x_slates": f}, ...}``, f in [0, 1];
+    each platform has at least one of the two (``saturated`` only for tanh heads)."""
     if not isinstance(entry, Mapping):
         raise ValueError(f"{where}: expected an object of per-platform objects, got {entry!r:.60}")
     for platform, values in entry.items():
         if not isinstance(values, Mapping):
             raise ValueError(f"{where}: entry {platform!r} must be an object, got {values!r:.60}")
-        for key in DIAGNOSTICS:
-            if key not in values:
-                raise ValueError(f"{where}: entry {platform!r} has no {key!r}")
+        if not any(key in values for key in DIAGNOSTICS):
+            raise ValueError(f"{where}: entry {platform!r} has none of {list(DIAGNOSTICS)}")
+        for key in (k for k in DIAGNOSTICS if k in values):
             value = values[key]
             number = isinstance(value, int | float) and not isinstance(value, bool)
             if not number or not 0 <= value <= 1:
@@ -652,6 +653,12 @@ class Spread:
         array = np.asarray(values, dtype=np.float64)
         return cls(float(array.mean()), float(array.min()), float(array.max()), len(array))
 
+    @classmethod
+    def of_present(cls, entries: Sequence[Mapping[str, float]], key: str) -> Spread | None:
+        """The spread of ``key`` over the entries that have it (None if none has)."""
+        values = [entry[key] for entry in entries if key in entry]
+        return cls.of(values) if values else None
+
     def format(self, digits: int = 3) -> str:
         """``"mean (low–high)"``; the mean alone for one value."""
         text = f"{self.mean:.{digits}f}"
@@ -664,8 +671,8 @@ class SlateDiagnostics:
 
     platform: str
     seeds: int
-    saturated: Spread
-    top_x_slates: Spread
+    saturated: Spread | None
+    top_x_slates: Spread | None
 
 
 def slate_diagnostics(runs: Sequence[RunLog]) -> dict[str, SlateDiagnostics]:
@@ -677,8 +684,8 @@ def slate_diagnostics(runs: Sequence[RunLog]) -> dict[str, SlateDiagnostics]:
         found[platform] = SlateDiagnostics(
             platform=platform,
             seeds=len(entries),
-            saturated=Spread.of([e["saturated"] for e in entries]),
-            top_x_slates=Spread.of([e["top_x_slates"] for e in entries]),
+            saturated=Spread.of_present(entries, "saturated"),
+            top_x_slates=Spread.of_present(entries, "top_x_slates"),
         )
     return found
 

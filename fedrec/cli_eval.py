@@ -62,7 +62,7 @@ BOTTOM_X_NOTE = (
 DIAGNOSTICS_COLUMNS = ["group", "platform", "seeds", "saturated", "top-x slates"]
 DIAGNOSTICS_NOTE = (
     "saturated = fraction of the item values the greedy slates were chosen on with |value| >= "
-    "0.99 (the tanh bound); top-x slates = fraction of greedy slates equal, as sets, to the top-x "
+    "0.99 (the tanh bound; – for linear heads, which have none); top-x slates = fraction of greedy slates equal, as sets, to the top-x "
     "slate; mean over seeds (min–max over seeds)."
 )
 
@@ -163,11 +163,13 @@ def _print_diagnostics(console: Console, groups: list[GroupSummary], csv_path: P
     for column in DIAGNOSTICS_COLUMNS:
         text = column in ("group", "platform")
         table.add_column(column, justify="left" if text else "right", no_wrap=text)
-    rows = [
-        [group.label, platform, str(d.seeds), d.saturated.format(), d.top_x_slates.format()]
-        for group in groups
-        for platform, d in group.diagnostics.items()
-    ]
+    rows = []
+    for group in groups:
+        for platform, d in group.diagnostics.items():
+            fractions = [
+                x.format() if x is not None else "–" for x in (d.saturated, d.top_x_slates)
+            ]
+            rows.append([group.label, platform, str(d.seeds), *fractions])
     for row in rows:
         table.add_row(*row)
     console.print(table)

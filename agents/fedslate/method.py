@@ -153,14 +153,17 @@ class FedSlateAgent(MultiPlatformAgent):
             counts += [(np.abs(values) >= SATURATION).sum(), values.size, equal.sum(), len(equal)]
 
     def diagnostics(self) -> dict[str, dict[str, float]]:
-        """Per platform since :meth:`start_diagnostics`: ``saturated`` (fraction of the item
-        values a greedy slate was chosen on with |value| >= 0.99, the tanh head's bound),
-        ``top_x_slates`` (fraction of greedy slates equal, as sets, to the n largest-feature
-        candidates); the counting stops."""
+        """Per platform since :meth:`start_diagnostics`: ``top_x_slates`` (fraction of greedy
+        slates equal, as sets, to the n largest-feature candidates) and, with tanh heads only,
+        ``saturated`` (fraction of the item values a greedy slate was chosen on with |value| >=
+        0.99, the bound; a linear head has none, and its values of about 10 would all count);
+        the counting stops."""
         found = self._diagnostics or {}
         self._diagnostics = None
+        tanh = self.config.head == "tanh"
         return {
-            p: {"saturated": c[0] / max(c[1], 1), "top_x_slates": c[2] / max(c[3], 1)}
+            p: {"top_x_slates": c[2] / max(c[3], 1)}
+            | ({"saturated": c[0] / max(c[1], 1)} if tanh else {})
             for p, c in found.items()
         }
 

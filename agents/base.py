@@ -28,6 +28,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 Observation = Mapping[str, np.ndarray]
+#: Info keys that hold the user's hidden state: ground truth for oracles (myopic, planner) and
+#: analysis. The loops and rollouts hand them only to agents that declare ``oracle = True``.
+HIDDEN_STATE_KEYS = frozenset({"user_exposure", "user_satisfaction", "budget_left"})
 Info = Mapping[str, Any]
 
 
@@ -66,6 +69,9 @@ class SlateAgent(abc.ABC):
 
     #: Hyperparameters, for construction by name (``fedrec train``); a frozen dataclass.
     Config: ClassVar[type] = NoConfig
+    #: True only for reference policies that read the user's hidden state from ``infos``
+    #: (:data:`HIDDEN_STATE_KEYS`); every other agent gets ``infos`` without it.
+    oracle: ClassVar[bool] = False
 
     #: Number of items per slate.
     slate_size: int
@@ -127,6 +133,15 @@ class SlateAgent(abc.ABC):
         if info is not None:
             batched_info = {key: np.asarray(value)[None] for key, value in info.items()}
         return self.act_batch(batch, infos=batched_info)[0]
+
+
+def visible_infos(agent: object, infos: Info | None) -> Info | None:
+    """What of the env's ``infos`` ``agent`` may read: all of it for an oracle, otherwise the info
+    without the user's hidden state (:data:`HIDDEN_STATE_KEYS`, and a vector env's ``_key``
+    masks of those keys), so that no learner can read what it should infer."""
+    if infos is None or getattr(agent, "oracle", False):
+        return infos
+    return {k: v for k, v in infos.items() if k.removeprefix("_") not in HIDDEN_STATE_KEYS}
 
 
 def slate_size_of(env: Any) -> int:

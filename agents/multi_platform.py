@@ -72,6 +72,9 @@ class MultiPlatformAgent(abc.ABC):
 
     #: Hyperparameters, for construction by name; a frozen dataclass.
     Config: ClassVar[type] = NoConfig
+    #: True only for reference policies that read the users' hidden state; a learning method
+    #: never gets it, in training or in evaluation.
+    oracle: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -143,7 +146,8 @@ class MultiPlatformAgent(abc.ABC):
     def act_joint(
         self, observations: Observations, oracle: Mapping[str, np.ndarray] | None = None
     ) -> Slates:
-        """The evaluation rollouts' interface (a learning agent ignores the oracle state)."""
+        """The evaluation rollouts' interface. ``oracle`` (the users' hidden state) is None
+        unless the class declares ``oracle = True``, which only reference policies do."""
         del oracle
         return self.act(observations)
 

@@ -104,6 +104,8 @@ class _ValueGreedyPolicy(SlateAgent):
 class MyopicPolicy(_ValueGreedyPolicy):
     """Maximises the expected engagement of this step only (an oracle of current satisfaction)."""
 
+    oracle = True
+
     def act_batch(self, observations: Observation, *, infos: Info | None = None) -> np.ndarray:
         (satisfaction,) = _require(infos, "user_satisfaction")
         features = _features(observations)
@@ -118,6 +120,8 @@ class OptimalPlanner(_ValueGreedyPolicy):
     See :mod:`fedrec.agents.planner`. Construction solves (and caches) the value table; at (N, n) =
     (100, 10) that takes a few seconds.
     """
+
+    oracle = True
 
     def __init__(
         self,
@@ -155,6 +159,9 @@ class JointReferencePolicy:
     reduced by the earlier visits. The planner's DP value assumes each platform sees the state at
     its own visit, so it is an upper bound on what parallel acting can reach.
     """
+
+    #: It reads the users' hidden state (``env.oracle_state()``) in evaluation.
+    oracle = True
 
     def __init__(self, policy: SlateAgent, params: ChocKaleParams, agents: list[str]) -> None:
         self.policy, self.params, self.agents = policy, params, list(agents)

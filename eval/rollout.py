@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
-from fedrec.agents.base import SlateAgent
+from fedrec.agents.base import SlateAgent, visible_infos
 from fedrec.envs.multi_platform import ChocKaleMultiPlatformBatchEnv
 from fedrec.eval.stats import mean_ci
 
@@ -68,7 +68,7 @@ def evaluate_policy(
         total = np.zeros(size)
         done = np.zeros(size, dtype=bool)
         while not done.all():
-            slates = policy.act_batch(observations, infos=infos)
+            slates = policy.act_batch(observations, infos=visible_infos(policy, infos))
             observations, rewards, terminated, truncated, infos = env.step(slates)
             total += np.where(done, 0.0, rewards)
             done |= terminated | truncated
@@ -80,10 +80,13 @@ def evaluate_policy(
 
 
 class JointPolicy(Protocol):
-    """Anything that picks every platform's slates for one joint step."""
+    """Anything that picks every platform's slates for one joint step. ``oracle`` is the users'
+    hidden state (``env.oracle_state()``) for a policy with ``oracle = True``, else None."""
 
     def act_joint(
-        self, observations: Mapping[str, Mapping[str, np.ndarray]], oracle: Mapping[str, np.ndarray]
+        self,
+        observations: Mapping[str, Mapping[str, np.ndarray]],
+        oracle: Mapping[str, np.ndarray] | None,
     ) -> dict[str, np.ndarray]: ...
 
 
@@ -107,7 +110,9 @@ def evaluate_joint_policy(
         observations, _ = env.reset(seed=seed + index)
         running = True
         while running:
-            slates = policy.act_joint(observations, env.oracle_state())
+            # The users' hidden state only for an oracle (the joint planner, myopic).
+            oracle = env.oracle_state() if getattr(policy, "oracle", False) else None
+            slates = policy.act_joint(observations, oracle)
             observations, _, terminations, truncations, _ = env.step(slates)
             first = env.possible_agents[0]
             running = not (terminations[first].all() or truncations[first].all())

@@ -30,7 +30,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from fedrec.agents.base import SlateAgent, Transitions
+from fedrec.agents.base import SlateAgent, Transitions, visible_infos
 from fedrec.eval.rollout import EVAL_SEED_OFFSET, evaluate_policy
 from fedrec.train.core import AGENT_SETUP_KEYS, CsvLog, Trainer, config_dict, default_config_dict
 
@@ -253,7 +253,7 @@ class SlateTrainer(Trainer):
         if rows:
             return rows, {}
         agent, env = self.agent, self.env
-        slates = agent.explore_batch(self.obs, infos=self.info)
+        slates = agent.explore_batch(self.obs, infos=visible_infos(agent, self.info))
         next_obs, rewards, terminated, truncated, next_info = env.step(slates)
         done = np.asarray(terminated) | np.asarray(truncated)
         transitions = Transitions(

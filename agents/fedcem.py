@@ -45,69 +45,15 @@ from typing import Any
 import numpy as np
 
 from fedrec.agents.multi_platform import MultiPlatformAgent, Observations, Slates
+from fedrec.agents.slate_rule import RuleSearchConfig, basis, cross_entropy_step, top_slates
 from fedrec.envs.choc_kale_model import ChocKaleParams
 from fedrec.federation import SERVER, Channel, MessageKind
 from fedrec.federation.messages import PARAMETER_SHARING_KINDS
 
 
 @dataclasses.dataclass(frozen=True)
-class FedCEMConfig:
-    time_bins: int = dataclasses.field(
-        default=10,
-        metadata={"help": "equal parts of the episode with their own weights (1: no clock)"},
-    )
-    population: int = dataclasses.field(
-        default=256, metadata={"help": "user-episodes (own draws of theta) per search update"}
-    )
-    elite_fraction: float = dataclasses.field(
-        default=0.25, metadata={"help": "fraction of the population that the update moves to"}
-    )
-    smoothing: float = dataclasses.field(
-        default=0.5, metadata={"help": "weight of the elite's mean and spread in each update"}
-    )
-    initial_std: float = dataclasses.field(
-        default=1.0, metadata={"help": "initial search spread of every weight (mean 0)"}
-    )
-    min_std: float = dataclasses.field(
-        default=0.05, metadata={"help": "floor of the search spread (keeps exploring)"}
-    )
-
-    def __post_init__(self) -> None:
-        if isinstance(self.time_bins, bool) or not 1 <= int(self.time_bins) <= 100:
-            raise ValueError(f"time_bins must be an integer in [1, 100], got {self.time_bins!r}")
-        if self.population < 4:
-            raise ValueError(f"population must be >= 4, got {self.population}")
-        if not 0 < self.elite_fraction < 1 or self.elite_fraction * self.population < 2:
-            raise ValueError(
-                f"elite_fraction must be in (0, 1) and keep >= 2 of the population, got "
-                f"{self.elite_fraction} of {self.population}"
-            )
-        if not 0 < self.smoothing <= 1:
-            raise ValueError(f"smoothing must be in (0, 1], got {self.smoothing}")
-        if not self.initial_std > 0 or not 0 <= self.min_std <= self.initial_std:
-            raise ValueError(
-                f"need initial_std > 0 and 0 <= min_std <= initial_std, got "
-                f"{self.initial_std}, {self.min_std}"
-            )
-
-
-def basis(candidates: np.ndarray, fraction: float, time_bins: int) -> np.ndarray:
-    """(U, N) features -> (U, N, 2 B): x and x^2, placed in the slot of the time bin (of B equal
-    parts of the episode) that ``fraction`` falls in; zeros elsewhere.
-
-    So the rule has its own weights on x and x^2 in each part of the episode and can change
-    its mind near the end (the optimal plan's shape under long-term dynamics). Terms without x
-    would add the same amount to every candidate and never change a ranking.
-    """
-    x = np.asarray(candidates, dtype=np.float64)
-    slot = np.zeros(time_bins)
-    slot[min(int(fraction * time_bins), time_bins - 1)] = 1.0
-    return np.concatenate([x[..., None] * slot, (x * x)[..., None] * slot], axis=-1)
-
-
-def top_slates(scores: np.ndarray, n: int) -> np.ndarray:
-    """The n best-scored candidates per row (ties: lower index first)."""
-    return np.argsort(-scores, axis=1, kind="stable")[:, :n].astype(np.int64)
+class FedCEMConfig(RuleSearchConfig):
+    """The rule and the search (:class:`~fedrec.agents.slate_rule.RuleSearchConfig`)."""
 
 
 class SearchingPlatform:
@@ -127,7 +73,7 @@ class SearchingPlatform:
         self.name, self.channel, self.config, self.learns = name, channel, config, learns
         self.slate_size = params.slate_size
         self.rng = np.random.default_rng(seed)
-        size = 2 * config.time_bins
+        size = config.size
         self.mean = np.zeros(size)
         self.std = np.full(size, config.initial_std)
         self.draws = np.zeros((0, size))  # this episode's theta, one row per user
@@ -165,12 +111,7 @@ class SearchingPlatform:
             return False
         thetas = np.concatenate([t for t, _ in self.population])
         returns = np.concatenate([r for _, r in self.population])
-        best = np.argsort(-returns, kind="stable")[: int(self.config.elite_fraction * len(returns))]
-        a = self.config.smoothing
-        self.mean = (1 - a) * self.mean + a * thetas[best].mean(axis=0)
-        self.std = np.maximum(
-            (1 - a) * self.std + a * thetas[best].std(axis=0), self.config.min_std
-        )
+        self.mean, self.std = cross_entropy_step(self.mean, self.std, thetas, returns, self.config)
         self.population = []
         vector = np.concatenate([self.mean, self.std]).astype(np.float32)
         self.channel.send(MessageKind.MODEL_PARAMETERS, self.name, SERVER, vector)
@@ -302,7 +243,7 @@ class FedCEMAgent(MultiPlatformAgent):
             channel,
             senders=self.feedback_platforms,
             receivers=self.names,
-            size=2 * self.config.time_bins,
+            size=self.config.size,
             initial_std=self.config.initial_std,
             seed=int(seeds[-1]),
         )

@@ -27,6 +27,7 @@ AGENTS: dict[str, str] = {
     "random": "fedrec.agents.reference:RandomPolicy",
     "myopic": "fedrec.agents.reference:MyopicPolicy",
     "planner": "fedrec.agents.reference:OptimalPlanner",
+    "rule_search": "fedrec.agents.slate_rule:RuleSearchAgent",
     "top_x": "fedrec.agents.reference:HighestFeaturePolicy",
     "bottom_x": "fedrec.agents.reference:LowestFeaturePolicy",
     "popularity": "fedrec.agents.logged_baselines:PopularityAgent",

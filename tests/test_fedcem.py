@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedrec.agents.fedcem import FedCEMAgent, FedCEMConfig, basis, top_slates
+from fedrec.agents.fedcem import FedCEMAgent, FedCEMConfig
 from fedrec.agents.registry import build_multi_platform_agent
+from fedrec.agents.slate_rule import basis, top_slates
 from fedrec.envs.multi_platform import ChocKaleMultiPlatformBatchEnv
 from fedrec.federation import SERVER, MessageKind, PrivacyViolation
 from fedrec.train.checkpoint import from_plain, to_plain

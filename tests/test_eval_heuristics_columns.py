@@ -4,12 +4,12 @@ diagnostics table (docs/metrics.md, "Top-x, bottom-x"; docs/fedslate.md)."""
 from __future__ import annotations
 
 import csv
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+from run_dirs import write_run
 
 from fedrec.cli import main
 from fedrec.eval import stats
@@ -20,23 +20,6 @@ from fedrec.train.multi_platform import MultiPlatformTrainConfig, train_multi_pl
 OPTIONS = ["--window", "4", "--log-every", "2", "--no-plot", "--paper", "none"]
 PLATFORMS = ("platform_a", "platform_b")
 TITLE = "Greedy-slate diagnostics (final evaluation)"
-
-
-def _write_run(
-    path: Path, columns: dict[str, np.ndarray], final: dict | None, *, label: str, seed: int = 0
-) -> Path:
-    path.mkdir(parents=True)
-    env_id = "fedrec/ChocKaleMultiPlatform-v0" if "return" not in columns else "fedrec/ChocKale-v0"
-    config = {"agent": "fedslate", "env_id": env_id, "seed": seed, "label": label}
-    (path / "config.json").write_text(json.dumps(config))
-    names = list(columns)
-    rows = ["episode,step,length," + ",".join(names)]
-    for i in range(len(columns[names[0]])):
-        rows.append(f"{i + 1},{61 * (i + 1)},61," + ",".join(f"{columns[n][i]}" for n in names))
-    (path / "episodes.csv").write_text("\n".join(rows) + "\n")
-    if final is not None:
-        (path / "final_eval.json").write_text(json.dumps(final))
-    return path
 
 
 def _entry(returns: np.ndarray | list[float]) -> dict:
@@ -79,7 +62,7 @@ def test_vs_bottom_x_is_paired_on_the_held_out_episodes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     final = _single_platform_final()
-    run_dir = _write_run(tmp_path / "run", {"return": 1000 + np.arange(8.0)}, final, label="a")
+    run_dir = write_run(tmp_path / "run", {"return": 1000 + np.arange(8.0)}, final, label="a")
     run = load_run(run_dir)
     gain = run.final("return").gain_over_bottom_x
     mean, half = stats.mean_ci(OFFSET)  # the mean of the per-episode differences, its t-interval
@@ -106,7 +89,7 @@ def test_vs_bottom_x_across_seeds_is_the_t_interval_of_the_per_seed_gains(tmp_pa
         final["policies"]["bottom_x"] = _entry(1100 + NOISE - OFFSET - shift)
         columns = {"return": 1000 + np.arange(8.0)}
         runs.append(
-            load_run(_write_run(tmp_path / f"s{seed}", columns, final, label="a", seed=seed))
+            load_run(write_run(tmp_path / f"s{seed}", columns, final, label="a", seed=seed))
         )
     (group,) = aggregate(runs, window=4, log_every=2)
     expected = stats.mean_ci([OFFSET.mean(), OFFSET.mean() + 30.0])
@@ -122,7 +105,7 @@ def test_heuristic_columns_appear_only_with_their_reference(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], top_x: bool, bottom_x: bool
 ) -> None:
     final = _single_platform_final(top_x=top_x, bottom_x=bottom_x)
-    run_dir = _write_run(tmp_path / "run", {"return": 1000 + np.arange(8.0)}, final, label="a")
+    run_dir = write_run(tmp_path / "run", {"return": 1000 + np.arange(8.0)}, final, label="a")
     out = _eval([run_dir], tmp_path / "table.csv", capsys)
     with (tmp_path / "table.csv").open(encoding="utf-8") as handle:
         header = next(csv.reader(handle))
@@ -137,8 +120,8 @@ def test_an_old_run_without_bottom_x_beside_a_new_one_shows_a_blank(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     columns = {"return": 1000 + np.arange(8.0)}
-    old = _write_run(tmp_path / "old", columns, _single_platform_final(bottom_x=False), label="old")
-    new = _write_run(tmp_path / "new", columns, _single_platform_final(), label="new")
+    old = write_run(tmp_path / "old", columns, _single_platform_final(bottom_x=False), label="old")
+    new = write_run(tmp_path / "new", columns, _single_platform_final(), label="new")
     _eval([old, new], tmp_path / "table.csv", capsys)
     rows = {row["group"]: row for row in _read_csv(tmp_path / "table.csv")}
     assert rows["old"]["bottom-x"] == "–" and rows["old"]["vs bottom-x"] == "–"
@@ -178,7 +161,7 @@ def test_the_joint_row_has_the_bottom_x_columns_paired_on_the_sums(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     final = _multi_platform_final()
-    run_dir = _write_run(tmp_path / "mp", _multi_platform_columns(), final, label="mp")
+    run_dir = write_run(tmp_path / "mp", _multi_platform_columns(), final, label="mp")
     _eval([run_dir], tmp_path / "table.csv", capsys)
     rows = {row["series"]: row for row in _read_csv(tmp_path / "table.csv")}
     assert list(rows) == [*(f"return/{p}" for p in PLATFORMS), JOINT_SERIES]
@@ -214,7 +197,7 @@ def test_diagnostics_table_and_csv_have_means_and_ranges_over_seeds(
         1: _diagnostics(saturated=(0.75, 1.0), top_x=(0.0, 0.8)),
     }
     paths = [
-        _write_run(
+        write_run(
             tmp_path / "runs" / f"fedslate{seed}",
             _multi_platform_columns(),
             _multi_platform_final(entry),
@@ -225,7 +208,7 @@ def test_diagnostics_table_and_csv_have_means_and_ranges_over_seeds(
     ]
     # an old run without diagnostics still loads, and has no diagnostics row
     paths.append(
-        _write_run(
+        write_run(
             tmp_path / "runs" / "old",
             _multi_platform_columns(),
             _multi_platform_final(),
@@ -265,7 +248,7 @@ def test_diagnostics_table_and_csv_have_means_and_ranges_over_seeds(
 def test_no_diagnostics_no_table_and_no_csv(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    run_dir = _write_run(
+    run_dir = write_run(
         tmp_path / "mp", _multi_platform_columns(), _multi_platform_final(), label="mp"
     )
     out = _eval([run_dir], tmp_path / "table.csv", capsys)
@@ -277,7 +260,7 @@ def test_one_seed_prints_the_value_without_a_range(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     final = _multi_platform_final(_diagnostics(saturated=(0.125, 1.0), top_x=(0.0, 1.0)))
-    run_dir = _write_run(tmp_path / "mp", _multi_platform_columns(), final, label="mp")
+    run_dir = write_run(tmp_path / "mp", _multi_platform_columns(), final, label="mp")
     _eval([run_dir], tmp_path / "table.csv", capsys)
     first = _read_csv(tmp_path / "table_diagnostics.csv")[0]
     assert first["seeds"] == "1" and first["saturated"] == "0.125"
@@ -307,7 +290,7 @@ def test_malformed_diagnostics_are_refused_naming_the_file(
 ) -> None:
     final = _multi_platform_final()
     final["diagnostics"] = diagnostics
-    run_dir = _write_run(tmp_path / "mp", _multi_platform_columns(), final, label="mp")
+    run_dir = write_run(tmp_path / "mp", _multi_platform_columns(), final, label="mp")
     with pytest.raises(ValueError, match=match) as info:
         load_run(run_dir)
     assert str(run_dir / "final_eval.json") in str(info.value)
@@ -318,7 +301,7 @@ def test_fedrec_eval_refuses_malformed_diagnostics_with_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     final = _multi_platform_final({"platform_a": {"saturated": 2, "top_x_slates": 0.5}})
-    run_dir = _write_run(tmp_path / "mp", _multi_platform_columns(), final, label="mp")
+    run_dir = write_run(tmp_path / "mp", _multi_platform_columns(), final, label="mp")
     assert main(["eval", str(run_dir), *OPTIONS]) == 2
     err = capsys.readouterr().err
     assert str(run_dir / "final_eval.json") in err and "must be a fraction in [0, 1]" in err

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from run_dirs import write_run
 
 from fedrec.cli import main
 from fedrec.eval import stats
@@ -38,20 +39,6 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     train_multi_platform(config, out_dir=out)
     return out
-
-
-def _write_run(path: Path, columns: dict[str, np.ndarray], final: dict | None) -> Path:
-    path.mkdir(parents=True)
-    config = {"agent": "fedslate", "env_id": "fedrec/ChocKaleMultiPlatform-v0", "seed": 0}
-    (path / "config.json").write_text(json.dumps(config))
-    names = list(columns)
-    rows = ["episode,step,length," + ",".join(names)]
-    for i in range(len(columns[names[0]])):
-        rows.append(f"{i + 1},{61 * (i + 1)},61," + ",".join(f"{columns[n][i]}" for n in names))
-    (path / "episodes.csv").write_text("\n".join(rows) + "\n")
-    if final is not None:
-        (path / "final_eval.json").write_text(json.dumps(final))
-    return path
 
 
 def _entry(returns: list[float]) -> dict:
@@ -111,7 +98,7 @@ def test_joint_half_width_comes_from_the_sums(tmp_path: Path) -> None:
         },
     }
     columns = {PLATFORMS[0]: np.arange(6.0), PLATFORMS[1]: 10 * np.arange(6.0)}
-    run = load_run(_write_run(tmp_path / "run", columns, final))
+    run = load_run(write_run(tmp_path / "run", columns, final))
     joint = run.final(JOINT_SERIES)
     assert joint.agent.mean == 2200.0 and joint.agent.half_width == 0.0
     sum_of_half_widths = stats.mean_ci(a)[1] + stats.mean_ci(b)[1]
@@ -154,8 +141,8 @@ def test_single_platform_runs_have_no_joint(
 ) -> None:
     rng = np.random.default_rng(0)
     final = {"episodes": 3, "seed": 1000000, "policies": {"agent": _entry([1.0, 2.0, 3.0])}}
-    single = _write_run(tmp_path / "single", {"return": 1000 + rng.standard_normal(8)}, final)
-    one_platform = _write_run(tmp_path / "one", {PLATFORMS[0]: 1000 + rng.standard_normal(8)}, None)
+    single = write_run(tmp_path / "single", {"return": 1000 + rng.standard_normal(8)}, final)
+    one_platform = write_run(tmp_path / "one", {PLATFORMS[0]: 1000 + rng.standard_normal(8)}, None)
     for path in (single, one_platform):
         run = load_run(path)
         assert run.reported_series == run.series and JOINT_SERIES not in run.reported_series

@@ -68,11 +68,9 @@ class SearchingPlatform:
         config: FedCEMConfig,
         params: ChocKaleParams,
         learns: bool,
-        seed: int,
     ) -> None:
         self.name, self.channel, self.config, self.learns = name, channel, config, learns
         self.slate_size = params.slate_size
-        self.rng = np.random.default_rng(seed)
         size = config.size
         self.mean = np.zeros(size)
         self.std = np.full(size, config.initial_std)
@@ -132,7 +130,6 @@ class SearchingPlatform:
             "std": self.std.copy(),
             "population_thetas": [t.copy() for t, _ in self.population],
             "population_returns": [r.copy() for _, r in self.population],
-            "rng": self.rng.bit_generator.state,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -146,7 +143,6 @@ class SearchingPlatform:
             (np.asarray(t, float).copy(), np.asarray(r, float).copy())
             for t, r in zip(state["population_thetas"], state["population_returns"], strict=True)
         ]
-        self.rng.bit_generator.state = state["rng"]
 
 
 class SearchServer:
@@ -227,17 +223,13 @@ class FedCEMAgent(MultiPlatformAgent):
         if self.episode_length < 1:
             raise ValueError(f"episode_length must be >= 1, got {self.episode_length}")
         channel = self.make_channel(kinds=PARAMETER_SHARING_KINDS)
-        seeds = self.rng.integers(2**31, size=len(self.names) + 1)
+        # One seed per party, the server's last; only the server draws (the platforms' are unused).
+        *_, server_seed = self.rng.integers(2**31, size=len(self.names) + 1)
         self.platforms = {
             name: SearchingPlatform(
-                name,
-                channel=channel,
-                config=self.config,
-                params=params,
-                learns=self.feedback[name],
-                seed=int(s),
+                name, channel=channel, config=self.config, params=params, learns=self.feedback[name]
             )
-            for name, s in zip(self.names, seeds[:-1], strict=True)
+            for name in self.names
         }
         self.server = SearchServer(
             channel,
@@ -245,7 +237,7 @@ class FedCEMAgent(MultiPlatformAgent):
             receivers=self.names,
             size=self.config.size,
             initial_std=self.config.initial_std,
-            seed=int(seeds[-1]),
+            seed=int(server_seed),
         )
         self.t = 0
         self.updates = 0
@@ -313,10 +305,6 @@ class FedCEMAgent(MultiPlatformAgent):
             self._receive_rule()
         self.t = 0
         super().end_episode(episodes)
-
-    def rule(self) -> np.ndarray:
-        """The greedy rule's weights (what every platform serves with in evaluation)."""
-        return self.platforms[self.names[0]].mean.copy()
 
     def state_dict(self) -> dict[str, Any]:
         return {

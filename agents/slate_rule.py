@@ -71,17 +71,18 @@ class RuleSearchConfig:
         return 2 * int(self.time_bins)
 
 
-def basis(candidates: np.ndarray, fraction: float, time_bins: int) -> np.ndarray:
+def basis(candidates: np.ndarray, fraction: float | np.ndarray, time_bins: int) -> np.ndarray:
     """(U, N) features -> (U, N, 2 B): x and x^2, placed in the slot of the time bin (of B equal
-    parts of the episode) that ``fraction`` falls in; zeros elsewhere.
+    parts of the episode) that each user's ``fraction`` (one for all, or one per user) falls in;
+    zeros elsewhere.
 
     So the rule has its own weights on x and x^2 in each part of the episode and can change
     its mind near the end (the optimal plan's shape under long-term dynamics). Terms without x
     would add the same amount to every candidate and never change a ranking.
     """
     x = np.asarray(candidates, dtype=np.float64)
-    slot = np.zeros(time_bins)
-    slot[min(int(fraction * time_bins), time_bins - 1)] = 1.0
+    bins = np.minimum((np.asarray(fraction) * time_bins).astype(int), time_bins - 1)
+    slot = np.eye(time_bins)[np.broadcast_to(bins, x.shape[:1])][:, None, :]  # (U, 1, B)
     return np.concatenate([x[..., None] * slot, (x * x)[..., None] * slot], axis=-1)
 
 
@@ -163,16 +164,13 @@ class RuleSearchAgent(SlateAgent):
         return self.mean + self.std * noise
 
     def _scores(self, observations: Observation, weights: np.ndarray) -> np.ndarray:
-        x = np.asarray(observations["candidates"], dtype=np.float64)[..., 0]
-        fractions = np.minimum(self.steps, self.episode_length - 1) / self.episode_length
-        bins = self.config.time_bins
-        slots = np.minimum((fractions * bins).astype(int), bins - 1)
-        # One basis per user (users may be at different steps after an autoreset).
-        phi = np.zeros((*x.shape, self.config.size))
-        rows = np.arange(len(x))
-        phi[rows, :, slots] = x
-        phi[rows, :, bins + slots] = x * x
-        return np.einsum("und,ud->un", phi, np.broadcast_to(weights, (len(x), self.config.size)))
+        # Each user's own time in the episode (users may be at different steps after an autoreset).
+        phi = basis(
+            observations["candidates"][..., 0],
+            self.steps / self.episode_length,
+            self.config.time_bins,
+        )
+        return np.einsum("und,ud->un", phi, np.broadcast_to(weights, (len(phi), self.config.size)))
 
     def _slates(self, observations: Observation, weights: np.ndarray) -> np.ndarray:
         self._ensure_users(len(observations["candidates"]))

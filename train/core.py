@@ -28,6 +28,7 @@ The three loops are :class:`fedrec.train.loop.SlateTrainer` (any single-platform
 from __future__ import annotations
 
 import abc
+import contextlib
 import csv
 import dataclasses
 import io
@@ -54,6 +55,21 @@ from fedrec.train.checkpoint import (
 Row = Sequence[Any]
 #: What defines an agent's run on an env: resuming with any of these changed is refused.
 AGENT_SETUP_KEYS = ("agent", "env_id", "seed", "num_envs", "env_kwargs", "agent_config")
+
+
+@contextlib.contextmanager
+def env_kwargs_errors(env_id: str, env_kwargs: Mapping[str, Any]) -> Any:
+    """Turn the ``TypeError`` of an env built with a keyword it does not take (or a value of the
+    wrong type) into a ``ValueError`` naming the env and the kwargs; without kwargs it is a bug
+    and propagates."""
+    try:
+        yield
+    except TypeError as error:
+        if not env_kwargs:
+            raise
+        raise ValueError(
+            f"cannot build {env_id!r} with env kwargs {dict(env_kwargs)}: {error}"
+        ) from error
 
 
 def config_dict(config: Any) -> dict[str, Any]:

@@ -32,7 +32,14 @@ from gymnasium.vector import AutoresetMode
 
 from fedrec.agents.base import SlateAgent, Transitions, visible_infos
 from fedrec.eval.rollout import EVAL_SEED_OFFSET, evaluate_policy
-from fedrec.train.core import AGENT_SETUP_KEYS, CsvLog, Trainer, config_dict, default_config_dict
+from fedrec.train.core import (
+    AGENT_SETUP_KEYS,
+    CsvLog,
+    Trainer,
+    config_dict,
+    default_config_dict,
+    env_kwargs_errors,
+)
 
 CSV_HEADER = ("episode", "step", "return", "length")
 
@@ -103,30 +110,25 @@ def make_env(config: TrainConfig) -> gym.vector.VectorEnv:
     refuses or of the wrong type -- raises ``ValueError``.
     """
     try:
-        spec = gym.spec(config.env_id)
-        if _native_same_step(spec):
+        with env_kwargs_errors(config.env_id, config.env_kwargs):
+            spec = gym.spec(config.env_id)
+            if _native_same_step(spec):
+                return gym.make_vec(
+                    config.env_id,
+                    num_envs=config.num_envs,
+                    vectorization_mode="vector_entry_point",
+                    autoreset_mode=AutoresetMode.SAME_STEP,
+                    **dict(config.env_kwargs),
+                )
             return gym.make_vec(
                 config.env_id,
                 num_envs=config.num_envs,
-                vectorization_mode="vector_entry_point",
-                autoreset_mode=AutoresetMode.SAME_STEP,
+                vectorization_mode="sync",
+                vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
                 **dict(config.env_kwargs),
             )
-        return gym.make_vec(
-            config.env_id,
-            num_envs=config.num_envs,
-            vectorization_mode="sync",
-            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
-            **dict(config.env_kwargs),
-        )
     except gym.error.Error as error:
         raise ValueError(f"cannot build {config.env_id!r} batched: {error}") from error
-    except TypeError as error:  # a keyword the env does not take, or a value of the wrong type
-        if not config.env_kwargs:
-            raise
-        raise ValueError(
-            f"cannot build {config.env_id!r} with env kwargs {dict(config.env_kwargs)}: {error}"
-        ) from error
 
 
 def _native_same_step(spec: Any) -> bool:

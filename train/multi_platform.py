@@ -36,7 +36,13 @@ import numpy as np
 from fedrec.agents.multi_platform import MultiPlatformAgent
 from fedrec.agents.registry import build_multi_platform_agent
 from fedrec.eval.rollout import EVAL_SEED_OFFSET
-from fedrec.train.core import AGENT_SETUP_KEYS, Trainer, config_dict, default_config_dict
+from fedrec.train.core import (
+    AGENT_SETUP_KEYS,
+    Trainer,
+    config_dict,
+    default_config_dict,
+    env_kwargs_errors,
+)
 
 ENV_ID = "fedrec/ChocKaleMultiPlatform-v0"
 
@@ -102,14 +108,8 @@ def make_env(config: MultiPlatformTrainConfig, num_users: int | None = None) -> 
     from fedrec.registration import batched_entry_point
 
     build = batched_entry_point(config.env_id)
-    try:
+    with env_kwargs_errors(config.env_id, config.env_kwargs):
         return build(num_users or config.num_users, **dict(config.env_kwargs))
-    except TypeError as error:  # a keyword the env does not take, or a value of the wrong type
-        if not config.env_kwargs:
-            raise
-        raise ValueError(
-            f"cannot build {config.env_id!r} with env kwargs {dict(config.env_kwargs)}: {error}"
-        ) from error
 
 
 def build_agent(config: MultiPlatformTrainConfig, env: Any) -> MultiPlatformAgent:

@@ -30,7 +30,9 @@ import numpy as np
 Observation = Mapping[str, np.ndarray]
 #: Info keys that hold the user's hidden state: ground truth for oracles (myopic, planner) and
 #: analysis. The loops and rollouts hand them only to agents that declare ``oracle = True``.
-HIDDEN_STATE_KEYS = frozenset({"user_exposure", "user_satisfaction", "budget_left"})
+HIDDEN_STATE_KEYS = frozenset(
+    {"user_exposure", "user_satisfaction", "budget_left", "user_sensitivity"}
+)
 Info = Mapping[str, Any]
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from fedrec.agents.base import Info, Observation, SlateAgent
+from fedrec.agents.base import Info, Observation, SlateAgent, slate_size_of
 
 
 class RandomAgent(SlateAgent):
@@ -32,6 +34,19 @@ class PopularityAgent(SlateAgent):
     ) -> None:
         super().__init__(slate_size=slate_size, seed=seed)
         self.item_counts = np.asarray(item_counts, dtype=np.float64)
+
+    @classmethod
+    def from_env(cls, env: Any, *, config: Any = None, seed: int | None = None) -> SlateAgent:
+        """Build for a logged-data env (single or batched): the item counts are its data's
+        training positives per item (``PreparedData.item_popularity()``)."""
+        del config
+        data = getattr(getattr(env, "unwrapped", env), "data", None)
+        if data is None or not hasattr(data, "item_popularity"):
+            raise ValueError(
+                f"{type(env).__name__} has no logged data: the popularity agent needs a "
+                "logged-data env (e.g. fedrec/MovieLens100K-v0)"
+            )
+        return cls(data.item_popularity(), slate_size=slate_size_of(env), seed=seed)
 
     def act_batch(self, observations: Observation, *, infos: Info | None = None) -> np.ndarray:
         candidates = _candidates(observations)

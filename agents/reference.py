@@ -11,6 +11,7 @@ claim is a claim over the best heuristic, not over random. The myopic policy and
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -131,7 +132,14 @@ class OptimalPlanner(_ValueGreedyPolicy):
         seed: int | None = None,
     ) -> None:
         super().__init__(params, seed=seed)
-        self.table = value_table(params, config)
+        # One value table per user type: with hidden types the planner is told each user's tau.
+        self.tables = {
+            tau: value_table(
+                dataclasses.replace(params, sensitivity=tau, user_sensitivities=None), config
+            )
+            for tau in (params.user_sensitivities or (params.sensitivity,))
+        }
+        self.table = next(iter(self.tables.values())) if len(self.tables) == 1 else None
 
     def expected_return(self, exposure: np.ndarray | float | None = None) -> float:
         """The DP's value V_T: at a given start exposure, or averaged over the start distribution."""
@@ -139,14 +147,26 @@ class OptimalPlanner(_ValueGreedyPolicy):
         if exposure is None:
             u = (np.arange(1000) + 0.5) / 1000
             exposure = (u - 0.5) / (1.0 - p.memory_discount)
-        return float(np.mean(self.table.value(p.time_budget, np.atleast_1d(exposure))))
+        exposure = np.atleast_1d(exposure)
+        types = p.user_sensitivities or (p.sensitivity,)  # hidden user types: each as likely
+        values = [self.tables[tau].value(p.time_budget, exposure) for tau in types]
+        return float(np.mean(values))
 
     def act_batch(self, observations: Observation, *, infos: Info | None = None) -> np.ndarray:
         exposure, budget = _require(infos, "user_exposure", "budget_left")
         features = _features(observations)
         budget = np.maximum(budget, 1)
-        values = self.table.item_values(budget, exposure, features)
-        null_value = self.table.value(budget - 1, exposure)
+        if self.table is not None:
+            values = self.table.item_values(budget, exposure, features)
+            null_value = self.table.value(budget - 1, exposure)
+            return self._choose(features, values, null_value)
+        (sensitivity,) = _require(infos, "user_sensitivity")
+        values = np.empty(features.shape)
+        null_value = np.empty(len(features))
+        for tau, table in self.tables.items():
+            users = sensitivity == tau
+            values[users] = table.item_values(budget[users], exposure[users], features[users])
+            null_value[users] = table.value(budget[users] - 1, exposure[users])
         return self._choose(features, values, null_value)
 
 

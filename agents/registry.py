@@ -28,9 +28,12 @@ AGENTS: dict[str, str] = {
     "myopic": "fedrec.agents.reference:MyopicPolicy",
     "planner": "fedrec.agents.reference:OptimalPlanner",
     "rule_search": "fedrec.agents.slate_rule:RuleSearchAgent",
+    "rule_search_adaptive": "fedrec.agents.slate_rule:AdaptiveRuleSearchAgent",
     "top_x": "fedrec.agents.reference:HighestFeaturePolicy",
     "bottom_x": "fedrec.agents.reference:LowestFeaturePolicy",
     "popularity": "fedrec.agents.logged_baselines:PopularityAgent",
+    "ppo": "fedrec.agents.sb3_agents:PPOAgent",
+    "recurrent_ppo": "fedrec.agents.sb3_agents:RecurrentPPOAgent",
 }
 
 _FEDSLATE = "fedrec.agents.fedslate:FedSlateAgent"

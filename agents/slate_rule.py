@@ -17,6 +17,7 @@ runs the same search across platforms.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -66,23 +67,79 @@ class RuleSearchConfig:
             )
 
     @property
+    def contexts(self) -> int:
+        """Contexts with their own weights (1: the rule sees only the feature and the time)."""
+        return 1
+
+    @property
     def size(self) -> int:
         """Weights of one rule."""
-        return 2 * int(self.time_bins)
+        return 2 * int(self.time_bins) * self.contexts
 
 
-def basis(candidates: np.ndarray, fraction: float | np.ndarray, time_bins: int) -> np.ndarray:
-    """(U, N) features -> (U, N, 2 B): x and x^2, placed in the slot of the time bin (of B equal
-    parts of the episode) that each user's ``fraction`` (one for all, or one per user) falls in;
+@dataclasses.dataclass(frozen=True)
+class AdaptiveRuleSearchConfig(RuleSearchConfig):
+    """A rule that also reads the user's observed satisfaction (its own smoothed estimate)."""
+
+    satisfaction_edges: tuple[float, ...] = dataclasses.field(
+        default=(0.45, 0.55),
+        metadata={
+            "help": "edges of the satisfaction levels with their own weights (the level is the "
+            "mean of the user's last observed, noisy satisfaction readings)"
+        },
+    )
+    satisfaction_window: int = dataclasses.field(
+        default=10, metadata={"help": "readings averaged into the satisfaction level"}
+    )
+    episodes_per_rule: int = dataclasses.field(
+        default=4,
+        metadata={
+            "help": "user-episodes each drawn rule is scored on (its mean return): users of "
+            "different hidden types score very differently, whatever the rule"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        edges = tuple(float(e) for e in self.satisfaction_edges)
+        if not edges or any(b <= a for a, b in itertools.pairwise(edges)):
+            raise ValueError(
+                f"satisfaction_edges must be a non-empty increasing sequence, got {edges}"
+            )
+        object.__setattr__(self, "satisfaction_edges", edges)
+        for name in ("satisfaction_window", "episodes_per_rule"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+    @property
+    def contexts(self) -> int:
+        return len(self.satisfaction_edges) + 1
+
+
+def basis(
+    candidates: np.ndarray,
+    fraction: float | np.ndarray,
+    time_bins: int,
+    *,
+    context: np.ndarray | None = None,
+    contexts: int = 1,
+) -> np.ndarray:
+    """(U, N) features -> (U, N, 2 B C): x and x^2, placed in the slot of the time bin (of B equal
+    parts of the episode) that each user's ``fraction`` (one for all, or one per user) falls in,
+    and of the user's ``context`` (an index in [0, C), e.g. a satisfaction level; none: C = 1);
     zeros elsewhere.
 
-    So the rule has its own weights on x and x^2 in each part of the episode and can change
-    its mind near the end (the optimal plan's shape under long-term dynamics). Terms without x
-    would add the same amount to every candidate and never change a ranking.
+    So the rule has its own weights on x and x^2 in each part of the episode (and context) and
+    can change its mind near the end (the optimal plan's shape under long-term dynamics). Terms
+    without x would add the same amount to every candidate and never change a ranking.
     """
     x = np.asarray(candidates, dtype=np.float64)
     bins = np.minimum((np.asarray(fraction) * time_bins).astype(int), time_bins - 1)
-    slot = np.eye(time_bins)[np.broadcast_to(bins, x.shape[:1])][:, None, :]  # (U, 1, B)
+    if context is not None:
+        bins = np.broadcast_to(bins, x.shape[:1]) * contexts + np.asarray(context)
+    slots = time_bins * contexts
+    slot = np.eye(slots)[np.broadcast_to(bins, x.shape[:1])][:, None, :]  # (U, 1, B C)
     return np.concatenate([x[..., None] * slot, (x * x)[..., None] * slot], axis=-1)
 
 
@@ -129,7 +186,7 @@ class RuleSearchAgent(SlateAgent):
         super().__init__(slate_size=slate_size, seed=seed)
         if episode_length < 1:
             raise ValueError(f"episode_length must be >= 1, got {episode_length}")
-        self.config = config if config is not None else RuleSearchConfig()
+        self.config = config if config is not None else type(self).Config()
         self.episode_length = int(episode_length)
         self.mean = np.zeros(self.config.size)
         self.std = np.full(self.config.size, self.config.initial_std)
@@ -163,12 +220,19 @@ class RuleSearchAgent(SlateAgent):
         noise = self.rng.standard_normal((users, self.config.size))
         return self.mean + self.std * noise
 
+    def _context(self, observations: Observation) -> np.ndarray | None:
+        """Each user's context index (None: the rule has no context)."""
+        del observations
+        return None
+
     def _scores(self, observations: Observation, weights: np.ndarray) -> np.ndarray:
         # Each user's own time in the episode (users may be at different steps after an autoreset).
         phi = basis(
             observations["candidates"][..., 0],
             self.steps / self.episode_length,
             self.config.time_bins,
+            context=self._context(observations),
+            contexts=self.config.contexts,
         )
         return np.einsum("und,ud->un", phi, np.broadcast_to(weights, (len(phi), self.config.size)))
 
@@ -196,18 +260,33 @@ class RuleSearchAgent(SlateAgent):
             self._ensure_users(len(mask))
             return
         ended = mask & self.learned  # training episodes only (evaluation does not learn)
-        self.finished += [
-            (self.draws[u].copy(), float(self.returns[u])) for u in np.flatnonzero(ended)
-        ]
-        if len(self.finished) >= self.config.population:
-            thetas = np.stack([t for t, _ in self.finished])
-            returns = np.array([r for _, r in self.finished])
+        self._close(np.flatnonzero(ended))
+        population = self._population()
+        if population is not None:
+            thetas, returns = population
             self.mean, self.std = cross_entropy_step(
                 self.mean, self.std, thetas, returns, self.config
             )
-            self.finished, self.updates = [], self.updates + 1
-        self.draws[mask] = self._draw(int(mask.sum()))
+            self.updates += 1
+        self._assign(mask)
         self.steps[mask], self.returns[mask], self.learned[mask] = 0, 0.0, False
+
+    def _close(self, users: np.ndarray) -> None:
+        """The ended training episodes of ``users`` join the population."""
+        self.finished += [(self.draws[u].copy(), float(self.returns[u])) for u in users]
+
+    def _population(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(rules, returns) for an update once the population is complete (and start a new one)."""
+        if len(self.finished) < self.config.population:
+            return None
+        thetas = np.stack([t for t, _ in self.finished])
+        returns = np.array([r for _, r in self.finished])
+        self.finished = []
+        return thetas, returns
+
+    def _assign(self, mask: np.ndarray) -> None:
+        """Rules for the users starting an episode: one fresh draw each."""
+        self.draws[mask] = self._draw(int(mask.sum()))
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -239,3 +318,127 @@ class RuleSearchAgent(SlateAgent):
         rules, returns = np.array(state["finished_rules"], float), state["finished_returns"]
         self.finished = [(rule, float(r)) for rule, r in zip(rules, returns, strict=True)]
         self.updates = int(state["updates"])
+
+
+class AdaptiveRuleSearchAgent(RuleSearchAgent):
+    """:class:`RuleSearchAgent` whose rule also depends on the user's satisfaction level.
+
+    The agent keeps, per user, the mean of the last ``satisfaction_window`` *observed* (noisy)
+    satisfaction readings of the episode and gives each level (``satisfaction_edges``) its own weights in every part of the episode. On
+    ``fedrec/ChocKaleUserTypes-v0``, where some users' satisfaction does not react to what they
+    consume and others' does, the level tells the two apart after a few steps, so one searched
+    rule can serve each type its own plan. Needs an env that observes satisfaction; reads no
+    hidden state.
+    """
+
+    Config = AdaptiveRuleSearchConfig
+    config: AdaptiveRuleSearchConfig
+
+    def __init__(
+        self,
+        *,
+        slate_size: int,
+        episode_length: int,
+        config: AdaptiveRuleSearchConfig | None = None,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(
+            slate_size=slate_size, episode_length=episode_length, config=config, seed=seed
+        )
+        # per user: the last readings of the observed satisfaction, newest last (NaN: none yet)
+        self.readings = np.zeros((0, self.config.satisfaction_window))
+        # Each drawn rule is scored on ``episodes_per_rule`` user-episodes. ``queue``: rules still
+        # to be handed out (rule, id, episodes left); ``scores``: id -> [rule, return sum, count]
+        # of the current population; ``rule_ids``: each user's rule (-1: not scored).
+        self.queue: list[tuple[np.ndarray, int, int]] = []
+        self.scores: dict[int, list[Any]] = {}
+        self.rule_ids = np.zeros(0, dtype=np.int64)
+        self.next_id = 0
+
+    def _ensure_users(self, users: int) -> None:
+        if len(self.steps) != users:
+            self.rule_ids = np.full(users, -1, dtype=np.int64)  # their first rules are not scored
+        super()._ensure_users(users)
+
+    def _close(self, users: np.ndarray) -> None:
+        for user in users:
+            score = self.scores.get(int(self.rule_ids[user]))
+            if score is not None:  # a rule of an earlier population is not scored
+                score[1] += float(self.returns[user])
+                score[2] += 1
+
+    def _population(self) -> tuple[np.ndarray, np.ndarray] | None:
+        k = self.config.episodes_per_rule
+        scored = [score for score in self.scores.values() if score[2] >= k]
+        if len(scored) < self.config.population:
+            return None
+        self.queue, self.scores = [], {}  # the next population draws from the new distribution
+        return np.stack([s[0] for s in scored]), np.array([s[1] / s[2] for s in scored])
+
+    def _assign(self, mask: np.ndarray) -> None:
+        users = np.flatnonzero(mask)
+        k = self.config.episodes_per_rule
+        missing = len(users) - sum(left for _, _, left in self.queue)
+        if missing > 0:  # one draw for all new rules, as RuleSearchAgent draws
+            for rule in self._draw(-(-missing // k)):
+                self.queue.append((rule, self.next_id, k))
+                self.scores[self.next_id] = [rule, 0.0, 0]
+                self.next_id += 1
+        for user in users:
+            rule, rule_id, left = self.queue[0]
+            self.draws[user], self.rule_ids[user] = rule, rule_id
+            self.queue = (
+                self.queue[1:] if left == 1 else [(rule, rule_id, left - 1), *self.queue[1:]]
+            )
+
+    def _context(self, observations: Observation) -> np.ndarray:
+        if "user" not in observations:
+            raise ValueError(
+                "AdaptiveRuleSearchAgent reads the observed satisfaction (observation key 'user'):"
+                " use an env with satisfaction_noise_stddev set, e.g. fedrec/ChocKaleUserTypes-v0"
+            )
+        seen = np.asarray(observations["user"], dtype=np.float64)[:, 0]
+        if len(self.readings) != len(seen):
+            self.readings = np.full((len(seen), self.config.satisfaction_window), np.nan)
+        self.readings[self.steps == 0] = np.nan  # a new episode forgets the last one's readings
+        self.readings = np.concatenate([self.readings[:, 1:], seen[:, None]], axis=1)
+        level = np.nanmean(self.readings, axis=1)
+        return np.searchsorted(self.config.satisfaction_edges, level, side="right")
+
+    def state_dict(self) -> dict[str, Any]:
+        size = self.config.size
+        return {
+            **super().state_dict(),
+            "readings": self.readings.copy(),
+            "queue_rules": np.array([q[0] for q in self.queue]).reshape(-1, size),
+            "queue_ids": np.array([q[1] for q in self.queue], dtype=np.int64),
+            "queue_left": np.array([q[2] for q in self.queue], dtype=np.int64),
+            "score_ids": np.array(list(self.scores), dtype=np.int64),
+            "score_rules": np.array([s[0] for s in self.scores.values()]).reshape(-1, size),
+            "score_sums": np.array([s[1] for s in self.scores.values()], dtype=np.float64),
+            "score_counts": np.array([s[2] for s in self.scores.values()], dtype=np.int64),
+            "rule_ids": self.rule_ids.copy(),
+            "next_id": self.next_id,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.readings = np.array(state["readings"], dtype=np.float64)
+        self.queue = [
+            (np.array(rule, dtype=np.float64), int(i), int(left))
+            for rule, i, left in zip(
+                state["queue_rules"], state["queue_ids"], state["queue_left"], strict=True
+            )
+        ]
+        self.scores = {
+            int(i): [np.array(rule, dtype=np.float64), float(total), int(count)]
+            for i, rule, total, count in zip(
+                state["score_ids"],
+                state["score_rules"],
+                state["score_sums"],
+                state["score_counts"],
+                strict=True,
+            )
+        }
+        self.rule_ids = np.array(state["rule_ids"], dtype=np.int64)
+        self.next_id = int(state["next_id"])

@@ -89,6 +89,8 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
     With net exposure :math:`e_t` and satisfaction :math:`s_t = \sigma(\tau e_t)`:
 
     - start: :math:`e_0 = (u - 1/2)/(1 - \beta)`, :math:`u \sim U(0, 1)`; budget :math:`T`.
+      With ``user_sensitivities`` (hidden user types, ``fedrec/ChocKaleUserTypes-v0``) the user's
+      :math:`\tau` is drawn uniformly from those values at every reset and is not observed.
     - choice: ``first_slot`` (library) consumes slot 0; ``mnl`` consumes item i of the slate with
       probability :math:`\propto \exp(a - x_i)` (``choice_intercept`` a = 1), or nothing with
       weight :math:`\exp(\text{no\_click\_logit})` when that is set.
@@ -112,12 +114,13 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
 
     ## Info
     Ground truth for reference policies and analysis, not for learners: ``user_exposure``,
-    ``user_satisfaction``, ``budget_left`` (before the next step), and ``clicked_slot``.
+    ``user_satisfaction``, ``budget_left`` (before the next step), ``user_sensitivity`` (with
+    hidden user types), and ``clicked_slot``. fedrec's loops give the hidden keys to oracles only.
 
     ## Arguments
     ``num_candidates=10, slate_size=3, choice_model="first_slot", choice_intercept=1.0,
     no_click_logit=None, semantics="code", memory_discount=0.7, sensitivity=0.01,
-    innovation_stddev=0.05, choc_mean=5.0, choc_stddev=1.0, kale_mean=4.0, kale_stddev=1.0,
+    user_sensitivities=None, innovation_stddev=0.05, choc_mean=5.0, choc_stddev=1.0, kale_mean=4.0, kale_stddev=1.0,
     time_budget=60, satisfaction_noise_stddev=None, history_length=1, engagement_clip=100.0,
     render_mode=None`` (see :class:`fedrec.envs.choc_kale_model.ChocKaleParams`).
 
@@ -150,6 +153,7 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
         semantics: Semantics = "code",
         memory_discount: float = 0.7,
         sensitivity: float = 0.01,
+        user_sensitivities: tuple[float, ...] | None = None,
         innovation_stddev: float = 0.05,
         choc_mean: float = 5.0,
         choc_stddev: float = 1.0,
@@ -172,6 +176,7 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
             semantics=semantics,
             memory_discount=memory_discount,
             sensitivity=sensitivity,
+            user_sensitivities=user_sensitivities,
             innovation_stddev=innovation_stddev,
             choc_mean=choc_mean,
             choc_stddev=choc_stddev,
@@ -189,6 +194,7 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
         # overhead on batch-of-one arrays made it slower than RecSim; it draws random numbers in
         # exactly the simulator's order, and a test pins it to ChocKaleVectorEnv(num_envs=1).
         self._exposure = 0.0
+        self._sensitivity = self.params.sensitivity  # this user's tau (hidden user types)
         self._budget = 0
         self._documents = np.zeros(num_candidates, dtype=np.float32)
         h, n = history_length, slate_size
@@ -205,6 +211,9 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
         self._exposure = (rng.random() - 0.5) / (1.0 - p.memory_discount)
         self._budget = p.time_budget
         self._documents = rng.random(p.num_candidates, dtype=np.float32)
+        if p.heterogeneous:  # the simulator's draw: floor(u * k)
+            types = len(p.user_sensitivities)
+            self._sensitivity = p.user_sensitivities[min(int(rng.random() * types), types - 1)]
         self._click_history[:] = 0.0
         self._engagement_history[:] = 0.0
         self._needs_reset = False
@@ -233,7 +242,7 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
         if slot >= 0:
             x = features[slot]
             chocness = x if p.semantics == "code" else 1.0 - x
-            satisfaction = 1.0 / (1.0 + math.exp(-p.sensitivity * self._exposure))
+            satisfaction = 1.0 / (1.0 + math.exp(-self._sensitivity * self._exposure))
             loc = (p.kale_mean + (p.choc_mean - p.kale_mean) * chocness) * satisfaction
             scale = p.kale_stddev + (p.choc_stddev - p.kale_stddev) * chocness
             reward = math.exp(loc + scale * z_engagement)
@@ -255,7 +264,7 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
         if self._last is not None:
             slate, slot, reward = self._last
             last = [int(item) for item in slate], int(slot), float(reward)
-        return {
+        state = {
             "np_random": generator_state(self._np_random),
             "np_random_seed": self._np_random_seed,
             "exposure": float(self._exposure),
@@ -266,6 +275,9 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
             "last": last,
             "needs_reset": bool(self._needs_reset),
         }
+        if self.params.heterogeneous:
+            state["sensitivity"] = float(self._sensitivity)
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` into an env built with the same arguments.
@@ -287,6 +299,11 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
         engagement_history = read.array("engagement_history", (h, n), np.float32, hint=hint)
         last = read.raw("last")
         needs_reset = read.bool("needs_reset")
+        sensitivity = self._sensitivity
+        if p.heterogeneous:
+            sensitivity = read.float("sensitivity")
+            if sensitivity not in p.user_sensitivities:
+                raise read.fail("sensitivity", f"must be one of {p.user_sensitivities}")
         read.finish()
         if last is not None:
             try:
@@ -300,6 +317,7 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
                 raise read.fail("last", f"does not fit slate_size={n}: {state['last']!r}")
         self._np_random, self._np_random_seed = rng, seed
         self._exposure = exposure
+        self._sensitivity = sensitivity
         self._budget = budget
         self._documents = documents
         self._click_history = click_history
@@ -339,7 +357,7 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
             )
 
     def _satisfaction(self) -> float:
-        return 1.0 / (1.0 + math.exp(-self.params.sensitivity * self._exposure))
+        return 1.0 / (1.0 + math.exp(-self._sensitivity * self._exposure))
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":
@@ -367,9 +385,12 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
         return obs
 
     def _info(self, *, clicked_slot: int) -> dict[str, Any]:
-        return {
+        info = {
             "user_exposure": self._exposure,
             "user_satisfaction": self._satisfaction(),
             "budget_left": self._budget,
             "clicked_slot": clicked_slot,
         }
+        if self.params.heterogeneous:
+            info["user_sensitivity"] = self._sensitivity
+        return info

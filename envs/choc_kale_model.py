@@ -43,6 +43,9 @@ class ChocKaleParams:
     """beta, how much of the net exposure survives a step."""
     sensitivity: float = 0.01
     """tau, slope of satisfaction = sigmoid(tau * exposure)."""
+    user_sensitivities: tuple[float, ...] | None = None
+    """Hidden user types: each user's tau is drawn uniformly from these values at the start of
+    every episode (it then replaces ``sensitivity``); None: every user has ``sensitivity``."""
     innovation_stddev: float = 0.05
     """eta, standard deviation of the exposure noise."""
     choc_mean: float = 5.0
@@ -83,6 +86,20 @@ class ChocKaleParams:
         for name in ("innovation_stddev", "choc_stddev", "kale_stddev"):
             if not getattr(self, name) >= 0.0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.user_sensitivities is not None:
+            values = self.user_sensitivities
+            if isinstance(values, str | bytes) or not hasattr(values, "__iter__"):
+                raise ValueError(f"user_sensitivities must be a sequence of floats, got {values!r}")
+            try:
+                values = tuple(float(v) for v in values)
+            except (TypeError, ValueError) as error:
+                raise ValueError(f"user_sensitivities must hold floats: {error}") from error
+            if not values or not all(math.isfinite(v) for v in values):
+                raise ValueError(
+                    f"user_sensitivities must be a non-empty sequence of finite floats, got {values}"
+                )
+            # a tuple, so that parameters stay hashable (the planner caches its tables by them)
+            object.__setattr__(self, "user_sensitivities", values)
         for name in ("sensitivity", "choc_mean", "kale_mean", "choice_intercept"):
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name} must be finite, got {getattr(self, name)}")
@@ -101,6 +118,11 @@ class ChocKaleParams:
     def observes_satisfaction(self) -> bool:
         """Whether observations carry the (noisy) user satisfaction."""
         return self.satisfaction_noise_stddev is not None
+
+    @property
+    def heterogeneous(self) -> bool:
+        """Whether users differ in a hidden sensitivity (``user_sensitivities``)."""
+        return self.user_sensitivities is not None
 
     @property
     def has_null_item(self) -> bool:
@@ -152,9 +174,20 @@ class ChocKaleModel:
         """NPE_0 = (u - 1/2) / (1 - beta), u ~ U(0, 1)."""
         return (rng.random(size) - 0.5) / (1.0 - self.params.memory_discount)
 
-    def satisfaction(self, exposure: np.ndarray) -> np.ndarray:
-        """sat = sigmoid(tau * exposure)."""
-        return 1.0 / (1.0 + np.exp(-self.params.sensitivity * exposure))
+    def satisfaction(
+        self, exposure: np.ndarray, sensitivity: np.ndarray | float | None = None
+    ) -> np.ndarray:
+        """sat = sigmoid(tau * exposure); ``sensitivity``: each user's tau (default: the params')."""
+        tau = self.params.sensitivity if sensitivity is None else sensitivity
+        return 1.0 / (1.0 + np.exp(-tau * exposure))
+
+    def draw_sensitivities(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        """Each user's hidden tau, uniform over ``user_sensitivities`` (one uniform per user)."""
+        values = np.asarray(self.params.user_sensitivities, dtype=np.float64)
+        # floor(u * k) rather than rng.integers: the single env draws the same doubles one by one
+        return values[
+            np.minimum((rng.random(size) * len(values)).astype(np.int64), len(values) - 1)
+        ]
 
     def next_exposure(
         self, exposure: np.ndarray, chocness: np.ndarray, innovation: np.ndarray

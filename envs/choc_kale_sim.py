@@ -53,6 +53,8 @@ class ChocKaleSimulator:
         self.num_platforms = num_platforms
         b, k, n, h = num_users, num_platforms, params.slate_size, params.history_length
         self.exposure = np.zeros(b)
+        #: each user's tau (hidden; drawn per episode when the params have user_sensitivities)
+        self.sensitivity = np.full(b, params.sensitivity)
         self.budget = np.zeros(b, dtype=np.int64)
         self.documents = np.zeros((k, b, params.num_candidates), dtype=np.float32)
         self.click_history = np.zeros((k, b, h, n), dtype=np.float32)
@@ -66,6 +68,8 @@ class ChocKaleSimulator:
             self.exposure[:] = self.model.initial_exposure(rng, count)
             self.budget[:] = self.params.time_budget
             self._draw_documents(rng, slice(None), count)
+            if self.params.heterogeneous:
+                self.sensitivity[:] = self.model.draw_sensitivities(rng, count)
             self.click_history[:] = 0.0
             self.engagement_history[:] = 0.0
             return
@@ -75,6 +79,8 @@ class ChocKaleSimulator:
         self.exposure[mask] = self.model.initial_exposure(rng, count)
         self.budget[mask] = self.params.time_budget
         self._draw_documents(rng, mask, count)
+        if self.params.heterogeneous:
+            self.sensitivity[mask] = self.model.draw_sensitivities(rng, count)
         self.click_history[:, mask] = 0.0
         self.engagement_history[:, mask] = 0.0
 
@@ -87,14 +93,18 @@ class ChocKaleSimulator:
             self.documents[1:, users] = self.documents[0, users]
 
     def state_dict(self) -> dict[str, Any]:
-        """The users' state as plain data (copies): exposure, budget, candidates, histories."""
-        return {
+        """The users' state as plain data (copies): exposure, budget, candidates, histories, and
+        with hidden user types each user's sensitivity."""
+        state = {
             "exposure": self.exposure.copy(),
             "budget": self.budget.copy(),
             "documents": self.documents.copy(),
             "click_history": self.click_history.copy(),
             "engagement_history": self.engagement_history.copy(),
         }
+        if self.params.heterogeneous:
+            state["sensitivity"] = self.sensitivity.copy()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` of a simulator with the same users, platforms and params.
@@ -120,9 +130,15 @@ class ChocKaleSimulator:
             )
             for key in ("click_history", "engagement_history")
         }
+        sensitivity = self.sensitivity
+        if p.heterogeneous:
+            sensitivity = read.array("sensitivity", (b,), np.float64, hint=users)
+            if not np.isin(sensitivity, p.user_sensitivities).all():
+                raise read.fail("sensitivity", f"must hold values of {p.user_sensitivities}")
         read.finish()
         if budget.min() < 0 or budget.max() > p.time_budget:
             raise read.fail("budget", f"must lie in [0, time_budget={p.time_budget}]")
+        self.sensitivity = sensitivity
         self.exposure = exposure
         self.budget = budget
         self.documents = documents
@@ -131,7 +147,7 @@ class ChocKaleSimulator:
 
     def satisfaction(self) -> np.ndarray:
         """Current true satisfaction of every user."""
-        return self.model.satisfaction(self.exposure)
+        return self.model.satisfaction(self.exposure, self.sensitivity)
 
     def observation(
         self, rng: np.random.Generator, *, platform: int = 0, feedback: bool = True
@@ -152,11 +168,14 @@ class ChocKaleSimulator:
 
     def oracle_state(self) -> dict[str, np.ndarray]:
         """Ground-truth user state, for reference policies (myopic, planner) and analysis only."""
-        return {
+        state = {
             "user_exposure": self.exposure.copy(),
             "user_satisfaction": self.satisfaction(),
             "budget_left": self.budget.copy(),
         }
+        if self.params.heterogeneous:
+            state["user_sensitivity"] = self.sensitivity.copy()
+        return state
 
     def visit(
         self,

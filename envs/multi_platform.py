@@ -94,6 +94,11 @@ class ChocKaleMultiPlatformBatchEnv:
         self.params: ChocKaleParams = make_params(
             {**FEDSLATE_KWARGS, **kwargs, "time_budget": time_budget}
         )
+        if self.params.heterogeneous:  # the joint planner plans for one tau
+            raise ValueError(
+                "user_sensitivities (hidden user types) is single-platform only "
+                "(fedrec/ChocKaleUserTypes-v0); the multi-platform env has one sensitivity"
+            )
         self.num_users = num_users
         self.num_platforms = num_platforms
         self.possible_agents = platform_names(num_platforms)

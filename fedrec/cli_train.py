@@ -74,8 +74,9 @@ def _field_type(field: dataclasses.Field, hints: dict[str, Any]) -> tuple[Any, d
     if origin is typing.Literal:
         choices = typing.get_args(hint)
         return type(choices[0]), {"choices": choices}
-    if origin is tuple:
-        return int, {"nargs": "+"}
+    if origin is tuple:  # tuple[T, ...]: one or more values of T
+        element = next((arg for arg in typing.get_args(hint) if arg is not Ellipsis), int)
+        return element, {"nargs": "+"}
     if hint is bool:
         return None, {"action": argparse.BooleanOptionalAction}
     return hint, {}

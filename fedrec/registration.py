@@ -16,6 +16,12 @@ from fedrec.envs.datasets.registry import LOGGED_DATA_ENVIRONMENTS
 #: so a myopic policy that serves chocolate erodes satisfaction and the optimal planner beats it
 #: by about 35% (the sweep and the measured gap are in the README).
 LONG_TERM_KWARGS: dict[str, Any] = {**FEDSLATE_KWARGS, "sensitivity": 0.05}
+#: Parameters of ``fedrec/ChocKaleUserTypes-v0``: the long-term env with two hidden user types,
+#: drawn with equal probability per episode: indifferent users (tau = 0, for whom the myopic
+#: highest-feature slate is optimal) and sensitive ones (tau = 0.1, for whom it is the worst). No
+#: fixed slate rule fits both; the planner is told each user's tau. The sweep behind the choice is
+#: in the README (``python benchmarks/user_types_sweep.py``).
+USER_TYPES_KWARGS: dict[str, Any] = {**LONG_TERM_KWARGS, "user_sensitivities": (0.0, 0.1)}
 
 
 _CHOC_KALE = "fedrec.envs.choc_kale:ChocKaleEnv"
@@ -45,6 +51,14 @@ CHOC_KALE_ENVIRONMENTS: tuple[EnvEntry, ...] = (
         vector_entry_point=_CHOC_KALE_VECTOR,
         kwargs=LONG_TERM_KWARGS,
         description="ChocKaleSlate with a reactive satisfaction (tau=0.05): planning beats myopia.",
+    ),
+    EnvEntry(
+        id="fedrec/ChocKaleUserTypes-v0",
+        api="gymnasium",
+        entry_point=_CHOC_KALE,
+        vector_entry_point=_CHOC_KALE_VECTOR,
+        kwargs=USER_TYPES_KWARGS,
+        description="ChocKaleLongTerm with two hidden user types (tau 0 or 0.1): infer, then plan.",
     ),
     EnvEntry(
         id="fedrec/ChocKaleMultiPlatform-v0",

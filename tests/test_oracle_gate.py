@@ -34,12 +34,13 @@ class OracleSpy(InfoSpy):
 
 
 def test_a_learning_agent_never_sees_the_hidden_state_but_an_oracle_does() -> None:
+    # ChocKaleUserTypes-v0 has every hidden key, the user's sensitivity included
     for spy in (LearnerSpy, OracleSpy):
         spy.seen = set()
         result = train(
             lambda env, spy=spy: spy.from_env(env, seed=0),
             config=TrainConfig(
-                env_id="fedrec/ChocKaleSlate-v0", episodes=4, num_envs=2, seed=0,
+                env_id="fedrec/ChocKaleUserTypes-v0", episodes=4, num_envs=2, seed=0,
                 env_kwargs=SMALL, eval_episodes=2, references=True, checkpoint_every=0,
                 progress=False,
             ),

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from resume_helpers import die_after_checkpoint, final_eval_without_clock
 
 import fedrec.train.core as core
 from fedrec.agents.ncf import NCFConfig
@@ -85,37 +86,19 @@ def _runner(kind: str, ml100k: Path) -> Callable[..., object]:
     return {"slate": _slate, "multi": _multi, "fedncf": _fedncf(ml100k)}[kind]
 
 
-def _final_eval(path: Path) -> dict:
-    data = json.loads((path / "final_eval.json").read_text())
-    for key in ("train_wall_time_s", "aggregation_seconds"):  # wall-clock times
-        data.pop(key, None)
-    for point in data.get("history", []):
-        point.pop("seconds")
-    return data
-
-
 @pytest.mark.parametrize("kind", ["slate", "multi", "fedncf"])
 def test_kill_and_resume_is_byte_identical_for_every_loop(kind, ml100k, tmp_path, monkeypatch):
     run = _runner(kind, ml100k)
     run(tmp_path / "whole")
-    steps = {"n": 0}
-    original = core.Trainer.checkpoint
-
-    def dying_checkpoint(self):  # the process is killed right after its second checkpoint
-        original(self)
-        steps["n"] += 1
-        if steps["n"] == 2:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(core.Trainer, "checkpoint", dying_checkpoint)
-    with pytest.raises(KeyboardInterrupt):
-        run(tmp_path / "killed")
-    monkeypatch.setattr(core.Trainer, "checkpoint", original)
+    # the process is killed right after its second checkpoint
+    die_after_checkpoint(monkeypatch, lambda: run(tmp_path / "killed"), checkpoints=2)
     assert not (tmp_path / "killed" / "final_eval.json").exists()  # it died mid-run
     run(tmp_path / "killed", resume=True)
     log = LOG[kind]
     assert (tmp_path / "whole" / log).read_bytes() == (tmp_path / "killed" / log).read_bytes()
-    assert _final_eval(tmp_path / "whole") == _final_eval(tmp_path / "killed")
+    assert final_eval_without_clock(tmp_path / "whole") == final_eval_without_clock(
+        tmp_path / "killed"
+    )
     assert not list((tmp_path / "killed").glob(".*.tmp"))  # atomic writes leave no temporaries
 
 

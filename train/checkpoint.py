@@ -54,18 +54,19 @@ def atomic_write(path: Path | str, write: Callable[[IO[bytes]], None]) -> Path:
 def to_plain(value: Any, path: str = "state") -> Any:
     """``value`` as data ``torch.load(weights_only=True)`` accepts (NumPy arrays become tagged
     tensors, NumPy scalars Python numbers); anything else raises ``TypeError`` naming its path."""
+    if isinstance(value, np.generic):  # first: np.float64 is also a float, but pickles as NumPy
+        return value.item()
     if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
         return value
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "biufc":
             raise TypeError(f"{path}: arrays of dtype {value.dtype} cannot be checkpointed")
-        array = np.ascontiguousarray(value)
+        # ascontiguousarray returns at least 1-d: keep a 0-d array 0-d
+        array = np.ascontiguousarray(value).reshape(value.shape)
         if not array.flags.writeable:  # torch.from_numpy needs a writeable array (else a copy)
             array = array.copy()
         # Shares memory with the caller's array: save_checkpoint serialises it at once.
         return {_ARRAY_TAG: torch.from_numpy(array)}
-    if isinstance(value, np.generic):
-        return value.item()
     if isinstance(value, Mapping):
         items = {}
         for key, item in value.items():

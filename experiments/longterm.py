@@ -1,0 +1,408 @@
+"""``fedrec bench longterm``: the leaderboard of the settings where planning matters.
+
+For each setting (``fedrec/ChocKaleLongTerm-v0`` at (N, n) = (10, 3) and (100, 10), and
+``fedrec/ChocKaleUserTypes-v0``, whose users differ in a hidden sensitivity) it trains every
+contender (SlateQ variants, the rule searches, PPO and recurrent PPO) for ``--seeds`` seeds with
+fedrec's training loop, each run in ``OUT/SETTING/CONTENDER/seedS``, and ranks them with the
+reference policies (random, the two fixed heuristics, and the oracles myopic and planner, which
+read the user's hidden state) on the same held-out episodes: the final greedy return, the regret
+to the planner and the gain over the best fixed heuristic (both paired per seed), with 95%
+t-intervals across seeds, and the training time. A finished run whose ``config.json`` matches is
+read, not retrained, and a killed one is resumed, so the command can be run again to complete a
+leaderboard. Writes ``leaderboard.md`` / ``leaderboard.csv`` and ``learning_curves.png`` per
+setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedrec.eval.etror import Estimate, load_run, t_interval
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """A registered env and its keyword arguments."""
+
+    env_id: str
+    env_kwargs: Mapping[str, Any]
+    title: str
+
+
+SETTINGS: dict[str, Setting] = {
+    "10x3": Setting("fedrec/ChocKaleLongTerm-v0", {}, "ChocKaleLongTerm-v0, (N, n) = (10, 3)"),
+    "100x10": Setting(
+        "fedrec/ChocKaleLongTerm-v0",
+        {"num_candidates": 100, "slate_size": 10},
+        "ChocKaleLongTerm-v0, (N, n) = (100, 10)",
+    ),
+    "user-types": Setting(
+        "fedrec/ChocKaleUserTypes-v0",
+        {},
+        "ChocKaleUserTypes-v0, (N, n) = (10, 3): hidden user types (tau 0 or 0.1)",
+    ),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Contender:
+    """A learning agent of the leaderboard: a registered agent, its overrides and its budget."""
+
+    agent: str
+    episodes: int
+    overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    description: str = ""
+
+
+CONTENDERS: dict[str, Contender] = {
+    "slateq": Contender("slateq", 3000, {}, "SlateQ, gamma 0.9, the observation as its state"),
+    "slateq_myopic": Contender("slateq", 3000, {"gamma": 0.0}, "SlateQ with gamma 0 (myopic)"),
+    "slateq_memory": Contender(
+        "slateq", 3000, {"memory_decay": 0.9}, "SlateQ, gamma 0.9, with its consumption memory"
+    ),
+    "rule_search": Contender(
+        "rule_search", 20000, {}, "cross-entropy search over a (feature, time) slate rule"
+    ),
+    "rule_search_adaptive": Contender(
+        "rule_search_adaptive",
+        40000,
+        {},
+        "rule_search whose rule also reads the observed satisfaction level",
+    ),
+    "ppo": Contender("ppo", 3000, {}, "Stable-Baselines3 PPO (scores per candidate)"),
+    "recurrent_ppo": Contender("recurrent_ppo", 3000, {}, "sb3-contrib recurrent PPO (LSTM)"),
+}
+
+#: Reference policies of every final evaluation: name -> (reads the hidden state, description).
+REFERENCES: dict[str, tuple[bool, str]] = {
+    "planner": (True, "optimal planner (DP over the true exposure, each user's tau)"),
+    "myopic": (True, "myopic oracle (best expected engagement now)"),
+    "top_x": (False, "fixed heuristic: the n largest-feature candidates"),
+    "bottom_x": (False, "fixed heuristic: the n smallest-feature candidates"),
+    "random": (False, "uniformly random slates"),
+}
+HEURISTICS = ("top_x", "bottom_x")
+COLUMNS = [
+    "rank",
+    "policy",
+    "oracle",
+    "seeds",
+    "final greedy return",
+    "regret to planner",
+    "regret %",
+    "vs best heuristic",
+    "vs random",
+    "train s/run",
+    "episodes",
+]
+
+
+# --------------------------------------------------------------------------------- training
+
+
+def _expected_config(
+    setting: Setting, contender: Contender, seed: int, episodes: int
+) -> dict[str, Any]:
+    from fedrec.agents.registry import json_ready, make_config, resolve_agent
+
+    agent_cls = resolve_agent(contender.agent)
+    config = make_config(agent_cls, contender.overrides)
+    return {
+        "agent": contender.agent,
+        "env_id": setting.env_id,
+        "env_kwargs": json_ready(dict(setting.env_kwargs)),
+        "episodes": episodes,
+        "seed": seed,
+        "agent_config": json_ready(dataclasses.asdict(config)),
+    }
+
+
+def _run_state(path: Path, expected: Mapping[str, Any], defaults: Mapping[str, Any]) -> str:
+    """``"new"``, ``"finished"`` (a matching run with its final evaluation) or ``"killed"``.
+
+    A run saved before one of the agent's hyperparameters existed matches when the expected
+    value is that hyperparameter's default (the old behaviour), as on ``--resume``.
+    """
+    config_path = path / "config.json"
+    if not config_path.exists():
+        return "new"
+    saved = json.loads(config_path.read_text(encoding="utf-8"))
+    if isinstance(saved.get("agent_config"), dict):
+        saved["agent_config"] = {**defaults, **saved["agent_config"]}
+    differ = [key for key, value in expected.items() if saved.get(key) != value]
+    if differ:
+        raise ValueError(
+            f"{path} holds another run ({', '.join(differ)} differ from this leaderboard's): "
+            "move it away or use another --out"
+        )
+    return "finished" if (path / "final_eval.json").exists() else "killed"
+
+
+def train_contender(
+    setting_name: str,
+    contender_name: str,
+    *,
+    seed: int,
+    out: Path,
+    episodes: int | None = None,
+    eval_episodes: int = 500,
+    progress: bool = True,
+    log: Any = print,
+) -> Path:
+    """Train (or read, or resume) one contender's run for one seed; returns its directory."""
+    from fedrec.agents.registry import json_ready, make_config, resolve_agent
+    from fedrec.train.loop import TrainConfig, train
+
+    setting, contender = SETTINGS[setting_name], CONTENDERS[contender_name]
+    episodes = episodes or contender.episodes
+    path = out / setting_name / contender_name / f"seed{seed}"
+    agent_cls = resolve_agent(contender.agent)
+    defaults = json_ready(dataclasses.asdict(agent_cls.Config()))
+    state = _run_state(path, _expected_config(setting, contender, seed, episodes), defaults)
+    if state == "finished":
+        log(f"{setting_name} {contender_name} seed {seed}: finished run in {path}, read")
+        return path
+    agent_config = make_config(agent_cls, contender.overrides)
+    config = TrainConfig(
+        env_id=setting.env_id,
+        episodes=episodes,
+        seed=seed,
+        env_kwargs=dict(setting.env_kwargs),
+        eval_episodes=eval_episodes,
+        progress=progress,
+    )
+    result = train(
+        lambda env: agent_cls.from_env(env, config=agent_config, seed=seed),
+        config=config,
+        out_dir=path,
+        resume=state == "killed",
+        run_info={"agent": contender.agent},
+    )
+    log(
+        f"{setting_name} {contender_name} seed {seed}: {episodes} episodes in "
+        f"{result.wall_time:.1f} s -> {path}"
+    )
+    return path
+
+
+# --------------------------------------------------------------------------------- leaderboard
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One policy of a leaderboard, over seeds."""
+
+    policy: str
+    oracle: bool
+    seeds: int
+    final: Estimate
+    regret: Estimate | None
+    regret_percent: float
+    over_best_heuristic: Estimate | None
+    over_random: Estimate | None
+    train_seconds: float | None = None
+    episodes: int | None = None
+
+
+def _paired(tables: Sequence[Mapping[str, np.ndarray]], a: str, b: str) -> Estimate | None:
+    """Mean of (a - b) on the same held-out episodes: per seed, then a t-interval across seeds
+    (one seed: across its episodes)."""
+    tables = [t for t in tables if a in t and b in t]
+    if not tables:
+        return None
+    if len(tables) == 1:
+        return t_interval(tables[0][a] - tables[0][b])
+    return t_interval([float(np.mean(t[a] - t[b])) for t in tables])
+
+
+def leaderboard(runs: Mapping[str, Sequence[Path]]) -> list[Row]:
+    """Rows for the contenders' runs (name -> run directories, one per seed) and the reference
+    policies, best final return first. References come from the runs' final evaluations: every
+    run of a seed is evaluated on the same held-out episodes (checked)."""
+    references: dict[int, dict[str, np.ndarray]] = {}  # seed -> reference policy -> returns
+    contenders: dict[str, list[tuple[int, np.ndarray]]] = {}  # name -> (seed, returns)
+    details: dict[str, tuple[float | None, int | None]] = {}  # name -> (train s/run, episodes)
+    for name, paths in runs.items():
+        logs = [load_run(path) for path in paths]
+        if not logs:
+            continue
+        contenders[name] = []
+        for log in logs:
+            final = log.final("return")
+            if final.agent is None or final.agent.returns is None:
+                raise ValueError(f"{log.path} has no final evaluation with per-episode returns")
+            seed = int(log.seed or 0)
+            contenders[name].append((seed, final.agent.returns))
+            known = references.setdefault(seed, {})
+            for key, ref in final.references.items():
+                if ref.returns is None:
+                    continue
+                if key in known and not np.array_equal(known[key], ref.returns):
+                    raise ValueError(
+                        f"{log.path}: {key} differs from another run of seed {seed}: the runs "
+                        "were not evaluated on the same held-out episodes"
+                    )
+                known[key] = ref.returns
+        times = [(log.final_eval or {}).get("train_wall_time_s") for log in logs]
+        times = [t for t in times if t is not None]
+        episodes = logs[0].config.get("episodes")
+        details[name] = (float(np.mean(times)) if times else None, episodes)
+    seeds = sorted(references)
+    heuristics = [h for h in HEURISTICS if all(h in references[s] for s in seeds)]
+    best = max(
+        heuristics, key=lambda h: np.mean([references[s][h].mean() for s in seeds]), default=None
+    )
+
+    def summarise(policy: str, oracle: bool, per_seed: list[tuple[int, np.ndarray]]) -> Row:
+        tables = [{**references[seed], "this": returns} for seed, returns in per_seed]
+        means = [float(returns.mean()) for _, returns in per_seed]
+        final = t_interval(means) if len(means) > 1 else t_interval(per_seed[0][1])
+        regret = _paired(tables, "planner", "this") if policy != "planner" else None
+        planner = [t["planner"].mean() for t in tables if "planner" in t]
+        train_seconds, episodes = details.get(policy, (None, None))
+        return Row(
+            policy=policy,
+            oracle=oracle,
+            seeds=len(per_seed),
+            final=final,
+            regret=regret,
+            regret_percent=100 * regret.mean / np.mean(planner) if regret and planner else math.nan,
+            over_best_heuristic=_paired(tables, "this", best)
+            if best not in (None, policy)
+            else None,
+            over_random=_paired(tables, "this", "random") if policy != "random" else None,
+            train_seconds=train_seconds,
+            episodes=episodes,
+        )
+
+    rows = [summarise(name, False, per_seed) for name, per_seed in contenders.items()]
+    for name, (oracle, _) in REFERENCES.items():
+        if seeds and all(name in references[s] for s in seeds):
+            rows.append(summarise(name, oracle, [(s, references[s][name]) for s in seeds]))
+    return sorted(rows, key=lambda r: -r.final.mean)
+
+
+def _fmt(estimate: Estimate | None, *, sign: bool = False) -> str:
+    if estimate is None:
+        return ""
+    mean = f"{estimate.mean:+,.1f}" if sign else f"{estimate.mean:,.1f}"
+    if math.isnan(estimate.half_width):
+        return mean
+    return f"{mean} ± {estimate.half_width:,.1f}"
+
+
+def row_cells(rank: int, row: Row) -> list[str]:
+    """A leaderboard row as the printed cells (:data:`COLUMNS`)."""
+    return [
+        str(rank),
+        row.policy,
+        "oracle" if row.oracle else "",
+        str(row.seeds),
+        _fmt(row.final),
+        _fmt(row.regret),
+        "" if math.isnan(row.regret_percent) else f"{row.regret_percent:.1f}%",
+        _fmt(row.over_best_heuristic, sign=True),
+        _fmt(row.over_random, sign=True),
+        "" if row.train_seconds is None else f"{row.train_seconds:.0f}",
+        "" if row.episodes is None else f"{row.episodes:,}",
+    ]
+
+
+def write_leaderboard(rows: Sequence[Row], out: Path, *, title: str) -> str:
+    """Write ``leaderboard.md`` and ``leaderboard.csv`` into ``out``; returns the Markdown."""
+    out.mkdir(parents=True, exist_ok=True)
+    cells = [row_cells(rank, row) for rank, row in enumerate(rows, start=1)]
+    with (out / "leaderboard.csv").open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(COLUMNS)
+        writer.writerows(cells)
+    lines = [f"### {title}", "", "| " + " | ".join(COLUMNS) + " |"]
+    lines.append("|" + "---|" * len(COLUMNS))
+    lines += ["| " + " | ".join(c) + " |" for c in cells]
+    markdown = "\n".join(lines) + "\n"
+    (out / "leaderboard.md").write_text(markdown, encoding="utf-8")
+    return markdown
+
+
+def plot(runs: Mapping[str, Sequence[Path]], path: Path, *, title: str) -> Path:
+    """Learning curves of the contenders (mean over seeds with a band) and the references."""
+    from fedrec.eval.etror import aggregate
+    from fedrec.eval.plots import plot_learning_curves
+
+    groups = []
+    for name, paths in runs.items():
+        if paths:
+            (group,) = aggregate([load_run(p) for p in paths])
+            groups.append(dataclasses.replace(group, label=name))
+    return plot_learning_curves(groups, path, title=title, window=100)
+
+
+# --------------------------------------------------------------------------------- command line
+
+
+def add_parser(bench_subparsers: argparse._SubParsersAction) -> None:
+    parser = bench_subparsers.add_parser(
+        "longterm",
+        help="the long-term planning leaderboard (SlateQ, rule search, PPO vs heuristics, planner)",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    parser.add_argument(
+        "--settings", nargs="+", choices=tuple(SETTINGS), default=list(SETTINGS), metavar="SETTING"
+    )
+    parser.add_argument(
+        "--agents",
+        nargs="+",
+        choices=tuple(CONTENDERS),
+        default=list(CONTENDERS),
+        metavar="AGENT",
+        help="contenders (default all: " + ", ".join(CONTENDERS) + ")",
+    )
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per contender (default 3)")
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds FIRST, FIRST + 1, ...")
+    parser.add_argument(
+        "--episodes",
+        type=int,
+        default=None,
+        help="training episodes for every contender (default: each contender's own budget)",
+    )
+    parser.add_argument("--eval-episodes", type=int, default=500, help="held-out episodes")
+    parser.add_argument("--out", type=Path, default=Path("results") / "longterm")
+    parser.add_argument("--no-plot", action="store_true", help="skip the learning-curve PNGs")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.seeds < 1 or args.first_seed < 0 or (args.episodes is not None and args.episodes < 1):
+        raise SystemExit("--seeds and --episodes must be >= 1 and --first-seed >= 0")
+    for setting_name in args.settings:
+        runs: dict[str, list[Path]] = {}
+        for contender in args.agents:
+            runs[contender] = [
+                train_contender(
+                    setting_name,
+                    contender,
+                    seed=seed,
+                    out=args.out,
+                    episodes=args.episodes,
+                    eval_episodes=args.eval_episodes,
+                    progress=not args.no_progress,
+                )
+                for seed in range(args.first_seed, args.first_seed + args.seeds)
+            ]
+        title = SETTINGS[setting_name].title
+        markdown = write_leaderboard(leaderboard(runs), args.out / setting_name, title=title)
+        print(markdown)
+        if not args.no_plot:
+            png = plot(runs, args.out / setting_name / "learning_curves.png", title=title)
+            print(f"learning curves: {png}")
+    return 0

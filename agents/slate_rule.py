@@ -79,8 +79,13 @@ class RuleSearchConfig:
 
 @dataclasses.dataclass(frozen=True)
 class AdaptiveRuleSearchConfig(RuleSearchConfig):
-    """A rule that also reads the user's observed satisfaction (its own smoothed estimate)."""
+    """A rule that also reads the user's observed satisfaction level; the search scores each
+    drawn rule on several user-episodes (defaults measured on ``fedrec/ChocKaleUserTypes-v0``,
+    docs/longterm.md)."""
 
+    population: int = dataclasses.field(
+        default=128, metadata={"help": "drawn rules per search update"}
+    )
     satisfaction_edges: tuple[float, ...] = dataclasses.field(
         default=(0.45, 0.55),
         metadata={
@@ -89,10 +94,10 @@ class AdaptiveRuleSearchConfig(RuleSearchConfig):
         },
     )
     satisfaction_window: int = dataclasses.field(
-        default=10, metadata={"help": "readings averaged into the satisfaction level"}
+        default=15, metadata={"help": "readings averaged into the satisfaction level"}
     )
     episodes_per_rule: int = dataclasses.field(
-        default=4,
+        default=8,
         metadata={
             "help": "user-episodes each drawn rule is scored on (its mean return): users of "
             "different hidden types score very differently, whatever the rule"

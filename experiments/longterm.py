@@ -74,7 +74,7 @@ CONTENDERS: dict[str, Contender] = {
     ),
     "rule_search_adaptive": Contender(
         "rule_search_adaptive",
-        40000,
+        100000,
         {},
         "rule_search whose rule also reads the observed satisfaction level",
     ),

@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console(width=None if sys.stdout.isatty() else 130)
     started = time.perf_counter()
     rows: list[tuple[str, str, ReturnSummary, float, str]] = []
+    oracles: set[str] = set()  # the policies that read the user's hidden state (marked)
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("rolling out", total=len(CHOC_KALE_ENVIRONMENTS) * len(POLICIES))
         for entry in CHOC_KALE_ENVIRONMENTS:
@@ -69,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
                 params = env_params(gym.make(entry.id))
                 for name, policy in reference_policies(params, seed=args.seed).items():
                     progress.update(task, description=f"{entry.id}: {name}")
+                    if policy.oracle:
+                        oracles.add(name)
                     results[name] = evaluate_policy(
                         entry.id,
                         policy,
@@ -111,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
     table.add_column("regret vs planner", justify="right")
     table.add_column("per platform (true engagement)")
     for env_id, name, summary, regret, detail in rows:
-        table.add_row(env_id, name, str(summary), f"{regret:.1f}", detail)
+        label = f"{name} (oracle)" if name in oracles else name
+        table.add_row(env_id, label, str(summary), f"{regret:.1f}", detail)
     console.print(table)
     console.print(
         "top_x / bottom_x: the fixed heuristics that serve the n largest / smallest-feature "

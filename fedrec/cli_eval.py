@@ -225,9 +225,9 @@ def run(args: argparse.Namespace) -> int:
     show_target = args.target is not None
     columns = ["group", "series", "seeds", "ETROR", "ETROR→plateau"]
     columns += [f"ETROR→{args.target:g}"] if show_target else []
-    columns += ["optimal (paper-style)", "plateau", "final greedy eval", "planner"]
+    columns += ["optimal (paper-style)", "plateau", "final greedy eval", "planner (oracle)"]
     show_myopic = any(summary.myopic is not None for _, _, summary, _ in rows)
-    columns += ["myopic"] if show_myopic else []
+    columns += ["myopic (oracle)"] if show_myopic else []
     columns += ["regret", "random", "vs random"]
     show_heuristic = any(summary.top_x is not None for _, _, summary, _ in rows)
     columns += ["top-x", "vs top-x"] if show_heuristic else []
@@ -270,7 +270,8 @@ def run(args: argparse.Namespace) -> int:
         f"plateau = mean of the curve over the last {100 * args.tail:g}% of the run; "
         "final greedy eval, planner, random: held-out episodes (final_eval.json); "
         "regret = planner - agent; vs random = agent - random, paired on the same held-out "
-        "episodes. One seed: final-eval CIs are over held-out episodes."
+        "episodes. One seed: final-eval CIs are over held-out episodes. (oracle): a reference "
+        "policy that reads the user's hidden state, which the loops hand to no learner."
     ]
     if show_heuristic:
         notes.append(TOP_X_NOTE)

@@ -1,0 +1,442 @@
+"""FEL (Federated Ensemble Learning, arXiv 2206.03852): per-cluster leaf models and server ensembles.
+
+Stages (``docs/fel.md``):
+
+1. clients are clustered on public features (:mod:`fedrec.train.fel_clusters`);
+2. each cluster trains its own device-sized **leaf** click model with FedAvg, optionally as
+   DP-FedAvg (:mod:`fedrec.train.fel_privacy`);
+3. the server combines the K leaves' logits: a fixed rule (``mean``, ``median``, ``max``), the
+   user's own cluster's leaf (``route``), or a learned over-arch (:class:`OverArch`) trained
+   centrally on opt-in users' data.
+
+The plain FL baseline is the same training with one cluster holding every client, the same
+client sampling rate and the same number of rounds, hence the same expected number of client
+updates (:func:`train_baseline`).
+
+**Leaf model** (:class:`LeafConfig`): logit = b + Σ_f w[x_f] + v·dense (a logistic regression over
+one-hot sparse fields and the dense features), plus, when ``hidden > 0``, a one-hidden-layer MLP
+over the concatenated field embeddings (dimension ``embedding_dim``) and the dense features.
+
+**Batched simulation.** All sampled clients of a round, of every cluster, are trained together:
+each client's copy of its cluster's leaf is one slice of stacked (C, ·) parameter tensors, a local
+step runs every client's mini-batch through batched gathers and ``bmm``, and one autograd call
+gives every client's gradient at once (the loss is the sum of the clients' mean losses, and the
+clients share no parameter). Local training is plain SGD (``local_epochs`` passes over the
+client's samples in seeded random order, batches of ``batch_size``); a client with fewer steps
+than the longest simply stops (its padded steps carry no gradient). The server adds the weighted
+mean update (FedAvg: weights n_k / Σ n) or, with DP, the clipped and noised update of
+:func:`fedrec.train.fel_privacy.dp_aggregate`, times ``server_lr``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fedrec.eval.ranking_metrics import auc
+from fedrec.train.fel_data import ClickData
+from fedrec.train.fel_privacy import (
+    FELPrivacy,
+    GaussianMechanism,
+    dp_aggregate,
+    fel_epsilon,
+    noise_multiplier_for,
+)
+
+RULES = ("mean", "median", "max", "route")
+
+
+@dataclass(frozen=True)
+class LeafConfig:
+    """The device-sized leaf click model."""
+
+    embedding_dim: int = 8
+    hidden: int = 0
+    """width of the MLP's hidden layer; 0 = logistic regression only."""
+    init_std: float = 0.05
+
+
+@dataclass(frozen=True)
+class DPConfig:
+    """DP-FedAvg inside each cluster; give ``noise_multiplier`` or ``target_epsilon``."""
+
+    clip_norm: float = 1.0
+    noise_multiplier: float | None = None
+    target_epsilon: float | None = None
+    delta: float = 1e-5
+
+
+@dataclass(frozen=True)
+class FedConfig:
+    """Federated training of the leaves (the same settings drive the baseline)."""
+
+    leaf: LeafConfig = field(default_factory=LeafConfig)
+    rounds: int = 50
+    sample_rate: float = 0.1
+    """q: each round, each client of a cluster takes part with this probability (Poisson
+    sampling), at least one client per cluster without DP."""
+    local_epochs: int = 1
+    batch_size: int = 16
+    client_lr: float = 0.5
+    server_lr: float = 1.0
+    dp: DPConfig | None = None
+    seed: int = 0
+
+
+# ------------------------------------------------------------------------------------------------
+# The leaf model on stacked parameters
+
+
+def init_params(
+    data: ClickData, config: LeafConfig, count: int, seed: int
+) -> dict[str, torch.Tensor]:
+    """``count`` identical copies of a freshly initialised leaf, stacked on dim 0."""
+    gen = torch.Generator().manual_seed(seed)
+    v, f, d, e = data.vocab_size, len(data.field_sizes), data.dense.shape[1], config.embedding_dim
+    one = {
+        "bias": torch.zeros(1),
+        "wide": torch.zeros(v),
+        "dense": torch.zeros(d),
+    }
+    if config.hidden > 0:
+        one["emb"] = config.init_std * torch.randn(v, e, generator=gen)
+        inp = f * e + d
+        one["w1"] = torch.randn(inp, config.hidden, generator=gen) / math.sqrt(inp)
+        one["b1"] = torch.zeros(config.hidden)
+        one["w2"] = torch.randn(config.hidden, generator=gen) / math.sqrt(config.hidden)
+    return {k: t.unsqueeze(0).repeat(count, *([1] * t.dim())) for k, t in one.items()}
+
+
+def flatten(params: dict[str, torch.Tensor]) -> torch.Tensor:
+    """(C, P) the stacked parameters as one flat vector per model."""
+    return torch.cat([t.reshape(t.shape[0], -1) for t in params.values()], dim=1)
+
+
+def unflatten(flat: torch.Tensor, like: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    out, start = {}, 0
+    for k, t in like.items():
+        size = t[0].numel()
+        out[k] = flat[:, start : start + size].reshape(flat.shape[0], *t.shape[1:])
+        start += size
+    return out
+
+
+def forward(
+    params: dict[str, torch.Tensor], codes: torch.Tensor, dense: torch.Tensor
+) -> torch.Tensor:
+    """(C, B) logits of C stacked models on their own batches: codes (C, B, F) into the shared
+    vocabulary (field offsets added), dense (C, B, D)."""
+    c = codes.shape[0]
+    rows = torch.arange(c)[:, None, None]
+    logit = params["bias"] + params["wide"][rows, codes].sum(-1)
+    logit = logit + torch.einsum("cbd,cd->cb", dense, params["dense"])
+    if "emb" in params:
+        x = params["emb"][rows, codes].flatten(2)  # (C, B, F * E)
+        h = torch.relu(torch.bmm(torch.cat([x, dense], -1), params["w1"]) + params["b1"][:, None])
+        logit = logit + torch.einsum("cbh,ch->cb", h, params["w2"])
+    return logit
+
+
+def predict(
+    params: dict[str, torch.Tensor], data: ClickData, rows: np.ndarray, *, chunk: int = 8192
+) -> np.ndarray:
+    """(len(rows), K) logits of every stacked model (e.g. the K leaves) on the samples ``rows``."""
+    k = next(iter(params.values())).shape[0]
+    codes_all = torch.as_tensor(data.sparse[rows] + data.offsets)
+    dense_all = torch.as_tensor(data.dense[rows])
+    out = []
+    with torch.no_grad():
+        for s in range(0, len(rows), chunk):
+            codes = codes_all[s : s + chunk].unsqueeze(0).expand(k, -1, -1)
+            dense = dense_all[s : s + chunk].unsqueeze(0).expand(k, -1, -1)
+            out.append(forward(params, codes, dense).T)
+    return torch.cat(out).numpy() if out else np.zeros((0, k), np.float32)
+
+
+# ------------------------------------------------------------------------------------------------
+# Local training of a round's clients, all at once
+
+
+def client_schedules(
+    data: ClickData,
+    clients: np.ndarray,
+    train_rows: Sequence[np.ndarray] | Mapping[int, np.ndarray],
+    config: FedConfig,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(C, S, B) sample indices and validity mask of every client's local mini-batches."""
+    b = config.batch_size
+    plans = []
+    for c in clients:
+        rows = train_rows[c]
+        epochs = [rng.permutation(rows) for _ in range(config.local_epochs)]
+        batches = [
+            e[i : i + b] for e in epochs for i in range(0, len(e), b)
+        ]  # short last batch per epoch
+        plans.append(batches)
+    steps = max(len(p) for p in plans)
+    index = np.zeros((len(clients), steps, b), np.int64)
+    mask = np.zeros((len(clients), steps, b), bool)
+    for i, plan in enumerate(plans):
+        for s, batch in enumerate(plan):
+            index[i, s, : len(batch)] = batch
+            mask[i, s, : len(batch)] = True
+    return index, mask
+
+
+def local_train(
+    params: dict[str, torch.Tensor],
+    data: ClickData,
+    index: np.ndarray,
+    mask: np.ndarray,
+    lr: float,
+) -> tuple[dict[str, torch.Tensor], float]:
+    """Run every client's local SGD steps on its stacked copy; returns the trained copies and
+    the clients' mean loss on their first batch (before any step)."""
+    p = {k: t.clone().requires_grad_(True) for k, t in params.items()}
+    codes_all = torch.as_tensor(data.sparse[index] + data.offsets)  # (C, S, B, F)
+    dense_all = torch.as_tensor(data.dense[index])
+    label_all = torch.as_tensor(data.label[index])
+    mask_all = torch.as_tensor(mask, dtype=torch.float32)
+    first_loss = float("nan")
+    for s in range(index.shape[1]):
+        m = mask_all[:, s]
+        n = m.sum(1)
+        if not (n > 0).any():
+            break
+        logits = forward(p, codes_all[:, s], dense_all[:, s])
+        losses = F.binary_cross_entropy_with_logits(logits, label_all[:, s], reduction="none")
+        loss = ((losses * m).sum(1) / n.clamp(min=1)).sum()
+        if s == 0:
+            first_loss = float(loss.detach()) / index.shape[0]
+        grads = torch.autograd.grad(loss, list(p.values()))
+        with torch.no_grad():
+            for t, g in zip(p.values(), grads, strict=True):
+                t -= lr * g
+    return {k: t.detach() for k, t in p.items()}, first_loss
+
+
+# ------------------------------------------------------------------------------------------------
+# Federated training of K leaves (one per cluster) at once
+
+
+@dataclass
+class FederatedResult:
+    params: dict[str, torch.Tensor]  # K stacked leaves
+    assignment: np.ndarray  # (U,) cluster of each client
+    client_updates: int  # client participations in all
+    noise_multiplier: float | None
+    privacy: FELPrivacy | None
+    loss_history: list[float]  # per round: the sampled clients' mean loss on their first batch
+
+
+def train_federated(data: ClickData, assignment: np.ndarray, config: FedConfig) -> FederatedResult:
+    """Train one leaf per cluster of ``assignment`` (U,) with (DP-)FedAvg inside each cluster."""
+    assignment = np.asarray(assignment, np.int64)
+    if assignment.shape != (data.num_clients,):
+        raise ValueError(f"assignment must have one cluster per client ({data.num_clients})")
+    if not 0.0 < config.sample_rate <= 1.0 or config.rounds < 1 or config.batch_size < 1:
+        raise ValueError("need 0 < sample_rate <= 1, rounds >= 1 and batch_size >= 1")
+    k = int(assignment.max()) + 1
+    if assignment.min() < 0 or np.any(np.bincount(assignment, minlength=k) == 0):
+        raise ValueError("assignment must number the clusters 0..K-1, none of them empty")
+    rng = np.random.default_rng(config.seed)
+    gen = torch.Generator().manual_seed(config.seed + 1)
+    train_rows = [
+        np.arange(data.indptr[u], data.indptr[u + 1])[
+            ~data.is_test[data.indptr[u] : data.indptr[u + 1]]
+        ]
+        for u in range(data.num_clients)
+    ]
+    has_train = np.array([len(r) > 0 for r in train_rows])
+    sizes = np.bincount(assignment, minlength=k)
+    q = config.sample_rate
+    dp = config.dp
+    z = None
+    if dp is not None:
+        if (dp.noise_multiplier is None) == (dp.target_epsilon is None):
+            raise ValueError("DPConfig needs exactly one of noise_multiplier and target_epsilon")
+        z = (
+            dp.noise_multiplier
+            if dp.noise_multiplier is not None
+            else noise_multiplier_for(dp.target_epsilon, dp.delta, q, config.rounds)
+        )
+    params = init_params(data, config.leaf, k, config.seed)
+    denominator = torch.as_tensor(q * sizes, dtype=torch.float32)
+    updates, history = 0, []
+    for _ in range(config.rounds):
+        chosen = (rng.random(data.num_clients) < q) & has_train
+        if dp is None:  # at least one client per cluster (the DP rounds keep pure Poisson sampling)
+            for c in range(k):
+                if not chosen[assignment == c].any():
+                    members = np.flatnonzero((assignment == c) & has_train)
+                    if len(members):
+                        chosen[rng.choice(members)] = True
+        clients = np.flatnonzero(chosen)
+        flat = flatten(params)
+        cl = torch.as_tensor(assignment[clients])
+        deltas = torch.zeros(0, flat.shape[1])
+        if len(clients):
+            start = {n: t[cl] for n, t in params.items()}
+            index, mask = client_schedules(data, clients, train_rows, config, rng)
+            trained, first_loss = local_train(start, data, index, mask, config.client_lr)
+            deltas = flatten(trained) - flatten(start)
+            updates += len(clients)
+            history.append(first_loss)
+        if dp is None:
+            if not len(clients):
+                continue
+            n = torch.as_tensor([len(train_rows[c]) for c in clients], dtype=torch.float32)
+            w = n / torch.zeros(k).index_add_(0, cl, n)[cl]  # n_k / N within each cluster
+            step = torch.zeros_like(flat).index_add_(0, cl, w[:, None] * deltas)
+        else:  # the noise is added even in a round where no client of a cluster was sampled
+            step = dp_aggregate(
+                deltas,
+                cl,
+                k,
+                clip_norm=dp.clip_norm,
+                noise_multiplier=z,
+                denominator=denominator,
+                generator=gen,
+            )
+        params = unflatten(flat + config.server_lr * step, params)
+    privacy = None
+    if dp is not None:
+        mech = GaussianMechanism(float(z), q, config.rounds)
+        privacy = fel_epsilon({c: [mech] for c in range(k)}, dp.delta)
+    return FederatedResult(params, assignment, updates, z, privacy, history)
+
+
+def train_baseline(data: ClickData, config: FedConfig) -> FederatedResult:
+    """Plain FL: one global model over all clients, same q and rounds (same expected updates)."""
+    return train_federated(data, np.zeros(data.num_clients, np.int64), config)
+
+
+# ------------------------------------------------------------------------------------------------
+# Server-side ensembles
+
+
+def combine(logits: np.ndarray, rule: str, cluster: np.ndarray | None = None) -> np.ndarray:
+    """(M,) ensemble logit of (M, K) leaf logits: ``mean``, ``median``, ``max`` over the leaves, or
+    ``route`` (each sample's own cluster's leaf; needs ``cluster`` (M,))."""
+    if rule == "mean":
+        return logits.mean(1)
+    if rule == "median":
+        return np.median(logits, axis=1)
+    if rule == "max":
+        return logits.max(1)
+    if rule == "route":
+        if cluster is None:
+            raise ValueError("rule 'route' needs each sample's cluster")
+        return logits[np.arange(len(logits)), cluster]
+    raise ValueError(f"unknown rule {rule!r}; known: {', '.join(RULES)} and the over-arch")
+
+
+class OverArch(torch.nn.Module):
+    """A small NN over the K leaf logits, the user's own cluster's leaf logit and the one-hot of
+    that cluster (public), with a linear skip: ``linear(x) + mlp(x)``."""
+
+    def __init__(self, num_leaves: int, hidden: int = 16) -> None:
+        super().__init__()
+        self.num_leaves = num_leaves
+        width = 2 * num_leaves + 1
+        self.linear = torch.nn.Linear(width, 1)
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(width, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1)
+        )
+
+    def forward(self, logits: torch.Tensor, cluster: torch.Tensor) -> torch.Tensor:
+        onehot = F.one_hot(cluster, self.num_leaves).to(logits.dtype)
+        own = logits.gather(1, cluster[:, None])
+        x = torch.cat([logits, own, onehot], 1)
+        return (self.linear(x) + self.mlp(x)).squeeze(1)
+
+
+def train_over_arch(
+    logits: np.ndarray,
+    cluster: np.ndarray,
+    labels: np.ndarray,
+    *,
+    hidden: int = 16,
+    epochs: int = 200,
+    lr: float = 0.01,
+    seed: int = 0,
+) -> OverArch:
+    """Fit an :class:`OverArch` centrally (full-batch Adam) on opt-in users' samples."""
+    torch.manual_seed(seed)
+    arch = OverArch(logits.shape[1], hidden)
+    opt = torch.optim.Adam(arch.parameters(), lr=lr)
+    x = torch.as_tensor(logits, dtype=torch.float32)
+    c = torch.as_tensor(cluster, dtype=torch.int64)
+    y = torch.as_tensor(labels, dtype=torch.float32)
+    for _ in range(epochs):
+        opt.zero_grad()
+        F.binary_cross_entropy_with_logits(arch(x, c), y).backward()
+        opt.step()
+    return arch
+
+
+def over_arch_logits(arch: OverArch, logits: np.ndarray, cluster: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return arch(torch.as_tensor(logits, dtype=torch.float32), torch.as_tensor(cluster)).numpy()
+
+
+# ------------------------------------------------------------------------------------------------
+# One FEL run against the baseline
+
+
+@dataclass
+class FELResult:
+    auc: dict[str, float]  # rule ("mean", ..., "over-arch", "baseline") -> test AUC
+    num_clusters: int
+    client_updates: int
+    baseline_client_updates: int
+    privacy: FELPrivacy | None
+    baseline_privacy: FELPrivacy | None
+    opt_in_users: int
+
+
+def run_fel(
+    data: ClickData,
+    assignment: np.ndarray,
+    config: FedConfig,
+    *,
+    opt_in_fraction: float = 0.1,
+    over_arch_epochs: int = 200,
+) -> FELResult:
+    """Train the leaves and the baseline, fit the over-arch on a random ``opt_in_fraction`` of the
+    users' training samples, and report every ensemble's test AUC."""
+    fel = train_federated(data, assignment, config)
+    base = train_baseline(data, config)
+    test = np.flatnonzero(data.is_test)
+    labels = data.label[test]
+    leaf_logits = predict(fel.params, data, test)
+    cluster = assignment[data.client[test]]
+    scores = {rule: auc(combine(leaf_logits, rule, cluster), labels) for rule in RULES}
+    rng = np.random.default_rng(config.seed + 2)
+    opt_in = rng.random(data.num_clients) < opt_in_fraction
+    rows = np.flatnonzero(~data.is_test & opt_in[data.client])
+    if len(rows) and 0 < data.label[rows].sum() < len(rows):
+        arch = train_over_arch(
+            predict(fel.params, data, rows),
+            assignment[data.client[rows]],
+            data.label[rows],
+            epochs=over_arch_epochs,
+            seed=config.seed,
+        )
+        scores["over-arch"] = auc(over_arch_logits(arch, leaf_logits, cluster), labels)
+    scores["baseline"] = auc(predict(base.params, data, test)[:, 0], labels)
+    return FELResult(
+        scores,
+        int(assignment.max()) + 1,
+        fel.client_updates,
+        base.client_updates,
+        fel.privacy,
+        base.privacy,
+        int(opt_in.sum()),
+    )

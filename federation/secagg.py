@@ -1,7 +1,15 @@
 """MF-SecAvg: MF-FedAvg computed by secure aggregation, so the server only sees masked uploads.
 
-The protocol is the semi-honest version of Bonawitz et al., "Practical Secure Aggregation for
-Privacy-Preserving Machine Learning" (CCS 2017), with its dropout recovery:
+Two protocols compute the same exact sum. :class:`MFSecAvg` uses **SecAgg+** by default
+(:mod:`fedrec.federation.secagg_plus`: masks and shares only between neighbours of a sparse
+random graph, long-term pair keys, AES masks; docs/secure_aggregation.md), sized by a
+bounded-fraction threat model. This module holds the **complete-graph protocol** it builds on
+(``MFSecAvg(graph="complete", key_reuse=False)``, and :func:`secure_sum`'s default): every pair
+of a round's clients masks, with fresh keys every round and a global threshold, which costs
+O(n^2) key agreements and PRG streams and O(n^3) secret-sharing work per round.
+
+The complete-graph protocol is the semi-honest version of Bonawitz et al., "Practical Secure
+Aggregation for Privacy-Preserving Machine Learning" (CCS 2017), with its dropout recovery:
 
 0. **AdvertiseKeys.** Every client k of the round makes two fresh X25519 key pairs, (c_k) for
    encrypting shares and (s_k) for masks, and sends the public halves; the server relays them.
@@ -32,8 +40,9 @@ The MF-SecAvg plaintext of client k is ``[n_k θ_k | n_k | MP_k ⊙ Q_k | MP_k]`
 counts c_i, and nothing per client. Fixed point: reals are scaled by 2^fraction_bits and rounded,
 integers (n_k, MP_k) are sent as they are; sums are exact modulo 2^64, so the secure aggregate
 equals MF-FedAvg up to the rounding of each client's values (≤ C · 2^-(fraction_bits+1)). The
-quantisation happens in one place, :func:`mf_secavg_vector` (through :func:`encode_fixed_point`);
-:func:`secure_sum` itself only adds integers.
+quantisation happens in one place, :func:`mf_secavg_vector` (through :func:`encode_fixed_point`;
+:func:`mf_secavg_matrix` is the same encoding for all clients at once); :func:`secure_sum`
+itself only adds integers.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ import struct
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
@@ -53,6 +63,9 @@ from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from fedrec.federation.aggregators import Aggregator, ClientUpdates
+
+if TYPE_CHECKING:
+    from fedrec.federation.secagg_plus import KeyDirectory, ThreatModel
 
 #: Shamir's field: the Mersenne prime 2^521 − 1 (larger than the 256-bit secrets shared).
 FIELD_PRIME = 2**521 - 1
@@ -326,6 +339,20 @@ class SecureSumResult:
     """the masked uploads the server received (kept for tests and inspection)."""
     absent: list[int] = field(default_factory=list)
     """positions that dropped before sharing their keys (nobody masked with them)."""
+    protocol: str = "secagg (complete graph)"
+    """which protocol ran: the complete-graph protocol or SecAgg+ (:mod:`.secagg_plus`)."""
+    degree: int | None = None
+    """SecAgg+: neighbours per client (None: the complete-graph protocol, n − 1)."""
+    threshold: int | None = None
+    """Shamir threshold: per neighbourhood for SecAgg+, over all clients otherwise."""
+    neighbours: np.ndarray | None = None
+    """SecAgg+: (n, degree) each client's neighbours in the round's graph."""
+    graph_seed: bytes | None = None
+    """SecAgg+: the public randomness the graph's labelling was drawn from."""
+    key_agreements: int = 0
+    """X25519 exchanges computed in the round (SecAgg+ reuses long-term pair keys)."""
+    prg_streams: int = 0
+    """full-length PRG streams expanded by clients and server (SecAgg+)."""
 
 
 def _positions(name: str, clients: Iterable[int], n: int) -> set[int]:
@@ -342,12 +369,91 @@ def secure_sum(
     *,
     round_id: int,
     threshold: int | None = None,
+    graph: str = "complete",
+    keys: KeyDirectory | None = None,
+    threat: ThreatModel | None = None,
+    degree: int | None = None,
+    graph_seed: bytes | None = None,
+    client_ids: Sequence[int] | None = None,
+    per_client: bool = False,
     dropped_before_keys: Iterable[int] = (),
     dropped_before_sharing: Iterable[int] = (),
     dropped_after_sharing: Iterable[int] = (),
     silent_in_unmasking: Iterable[int] = (),
 ) -> SecureSumResult:
     """Run one secure-aggregation round over ``vectors`` (1-d integer arrays, one per client).
+
+    By default this is the complete-graph protocol of Bonawitz et al. (the module docstring):
+    every pair of clients masks, fresh keys every round, a global ``threshold``. With
+    ``graph="harary"`` (a sparse random graph sized by ``threat`` or ``degree``), or with
+    long-term ``keys`` (a :class:`~fedrec.federation.secagg_plus.KeyDirectory`), the round runs
+    SecAgg+ instead (:func:`~fedrec.federation.secagg_plus.secure_sum_plus`, where ``threshold``
+    is per neighbourhood; see its docstring for ``client_ids``, ``graph_seed``, ``per_client``).
+    A Harary round of n clients whose threat model needs the complete graph anyway runs the
+    complete-graph protocol.
+    """
+    drops = {
+        "dropped_before_keys": dropped_before_keys,
+        "dropped_before_sharing": dropped_before_sharing,
+        "dropped_after_sharing": dropped_after_sharing,
+        "silent_in_unmasking": silent_in_unmasking,
+    }
+    plus = _plus_graph(len(vectors), graph=graph, keys=keys, threat=threat, degree=degree)
+    if plus is None:
+        return _secure_sum_complete(vectors, round_id=round_id, threshold=threshold, **drops)
+    from fedrec.federation.secagg_plus import secure_sum_plus
+
+    return secure_sum_plus(
+        vectors,
+        round_id=round_id,
+        client_ids=client_ids,
+        keys=keys,
+        graph=plus,
+        threat=threat,
+        degree=degree,
+        threshold=threshold,
+        graph_seed=graph_seed,
+        per_client=per_client,
+        **drops,
+    )
+
+
+def _plus_graph(
+    n: int,
+    *,
+    graph: str,
+    keys: KeyDirectory | None,
+    threat: ThreatModel | None,
+    degree: int | None,
+) -> str | None:
+    """The graph SecAgg+ runs on for a round of ``n`` clients, or None for the complete-graph
+    protocol: a Harary graph asked for but too dense for n (the threat model needs the complete
+    graph), a complete graph without long-term keys, or fewer than 3 clients."""
+    if graph not in ("complete", "harary"):
+        raise ValueError(f"graph must be 'complete' or 'harary', got {graph!r}")
+    if graph == "complete" and degree is not None:
+        raise ValueError("degree sets the Harary graph's; the complete graph has n - 1")
+    if n < 3:
+        return None
+    if graph == "harary":
+        from fedrec.federation.secagg_plus import ThreatModel as _Threat
+
+        sparse = degree is not None or not (threat or _Threat()).parameters(n).complete
+        return "harary" if sparse else None
+    return "complete" if keys is not None else None
+
+
+def _secure_sum_complete(
+    vectors: Sequence[np.ndarray],
+    *,
+    round_id: int,
+    threshold: int | None = None,
+    dropped_before_keys: Iterable[int] = (),
+    dropped_before_sharing: Iterable[int] = (),
+    dropped_after_sharing: Iterable[int] = (),
+    silent_in_unmasking: Iterable[int] = (),
+) -> SecureSumResult:
+    """One round of the complete-graph protocol (Bonawitz et al. 2017; fresh keys every round).
 
     The sum is of integers only, exact modulo 2^64 (signed inputs are two's complement): a
     float vector is refused, never cast -- reals are quantised before, by
@@ -467,6 +573,14 @@ def secure_sum(
         upload_bytes_per_client=upload,
         masked=masked,
         absent=sorted(set(range(n)) - set(shared)),
+        threshold=threshold,
+        key_agreements=(
+            len(shared) * (len(roster) - 1)  # encrypting shares
+            + len(shared) * (len(shared) - 1)  # decrypting them
+            + len(survivors) * (len(shared) - 1)  # pairwise mask seeds
+            + len(dropped) * len(survivors)  # the server's recovery of dangling masks
+        ),
+        prg_streams=len(survivors) * (len(shared) + 1) + len(dropped) * len(survivors),
     )
 
 
@@ -518,7 +632,9 @@ def check_updates(
     if len(rows_item) and not (0 <= rows_item.min() and rows_item.max() < updates.num_items):
         raise bad(f"row_item outside [0, {updates.num_items})")
     pairs = rows_client.astype(np.int64) * max(updates.num_items, 1) + rows_item
-    if len(np.unique(pairs)) != len(pairs):
+    seen = np.zeros(c * max(updates.num_items, 1), dtype=bool)
+    seen[pairs] = True
+    if np.count_nonzero(seen) != len(pairs):
         raise bad("a client uploaded the same item row twice")
     samples = np.asarray(updates.num_samples)
     if samples.shape != (c,) or samples.dtype.kind not in "iuf":
@@ -559,14 +675,63 @@ def mf_secavg_vector(updates: ClientUpdates, position: int, *, fraction_bits: in
     )
 
 
+def mf_secavg_matrix(updates: ClientUpdates, *, fraction_bits: int) -> np.ndarray:
+    """All clients' plaintexts at once: a (C, L) uint64 matrix whose row k equals
+    :func:`mf_secavg_vector` ``(updates, k)`` (the same encoding, with whole-array operations;
+    it expects uploads that passed :func:`check_updates`). A value that cannot be encoded raises
+    the same :class:`MalformedContribution` as the per-client encoding, for the first such client.
+    """
+    c = updates.num_clients
+    num_items, width = updates.num_items, updates.item_rows.shape[1]
+    size = updates.network.shape[1]
+    length = size + 1 + num_items * width + num_items
+    samples = np.asarray(updates.num_samples).astype(np.int64)
+    scale, limit = 2.0**fraction_bits, 2.0**63 / max(c, 1)
+    network = updates.network.numpy().astype(np.float64) * samples[:, None]
+    network *= scale
+    rows = updates.item_rows.numpy().astype(np.float64)
+    rows *= scale
+    np.rint(network, out=network)
+    np.rint(rows, out=rows)
+    # one range test covers NaN/inf too (both fail it); the per-client encoding then raises
+    # the documented error for the first client concerned
+    if not (np.all(np.abs(network) < limit) and np.all(np.abs(rows) < limit)):
+        for k in range(c):
+            mf_secavg_vector(updates, k, fraction_bits=fraction_bits)
+        raise MalformedContribution("an update cannot be encoded in fixed point; round aborted")
+    words = np.zeros((c, length), dtype=np.uint64)
+    words[:, :size] = network.astype(np.int64).view(np.uint64)
+    words[:, size] = samples.astype(np.uint64)
+    rows_client, rows_item = updates.row_client.numpy(), updates.row_item.numpy()
+    table = np.lib.stride_tricks.as_strided(  # a (C, I, E) view of the item segment
+        words[:, size + 1 :], shape=(c, num_items, width), strides=(8 * length, 8 * width, 8)
+    )
+    table[rows_client, rows_item] = rows.astype(np.int64).view(np.uint64)
+    words[:, size + 1 + num_items * width :][rows_client, rows_item] = 1
+    return words
+
+
 class MFSecAvg(Aggregator):
     """MF-FedAvg on masked uploads (see the module docstring); equal to MF-FedAvg up to rounding.
 
+    The protocol is SecAgg+ by default (:mod:`fedrec.federation.secagg_plus`): a random Harary
+    graph sized by ``threat`` (default :class:`~fedrec.federation.secagg_plus.ThreatModel`: an
+    honest-but-curious server colluding with at most 5% of a round's clients, at most 10%
+    dropouts; privacy failure ≤ 2^-40), long-term pair keys held for the aggregator's lifetime
+    (``key_reuse``), and AES counter-mode masks. ``graph="complete", key_reuse=False`` is the
+    complete-graph protocol of Bonawitz et al. with fresh keys every round and a global
+    threshold (the module docstring). A round too small for a sparse graph (the threat model
+    asks for the complete graph, e.g. five clients or fewer by default) runs the complete-graph
+    protocol. ``degree`` overrides the graph's degree; ``threshold`` is per neighbourhood for
+    SecAgg+ and over all clients for the complete-graph protocol. ``per_client``: simulate each
+    client's key derivation and masks separately (a deployment's cost) instead of once per pair.
+
     ``dropout``: probability that each client drops after sharing its keys (seeded by ``seed``),
-    to exercise recovery during training. Aborted rounds raise :class:`SecAggAborted`: too few
-    survivors, a round smaller than ``threshold``, or a malformed update (NaN/inf, wrong shape
-    or dtype, out of the fixed-point range: :class:`MalformedContribution`), so the caller keeps
-    its global model.
+    to exercise recovery during training; the graph's public randomness is drawn from the same
+    seeded generator. Aborted rounds raise :class:`SecAggAborted`: too few survivors or
+    answering neighbours, a disconnected survivors' graph, a round smaller than ``threshold``,
+    or a malformed update (NaN/inf, wrong shape or dtype, out of the fixed-point range:
+    :class:`MalformedContribution`), so the caller keeps its global model.
     """
 
     name = "mf-secavg"
@@ -578,19 +743,44 @@ class MFSecAvg(Aggregator):
         threshold: int | None = None,
         dropout: float = 0.0,
         seed: int = 0,
+        graph: Literal["harary", "complete"] = "harary",
+        key_reuse: bool = True,
+        threat: ThreatModel | None = None,
+        degree: int | None = None,
+        per_client: bool = False,
     ) -> None:
+        from fedrec.federation.secagg_plus import KeyDirectory
+        from fedrec.federation.secagg_plus import ThreatModel as _Threat
+
         if not 8 <= fraction_bits <= 48:
             raise ValueError(f"fraction_bits must be in [8, 48], got {fraction_bits}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         if threshold is not None and threshold < 2:
             raise ValueError(f"threshold must be >= 2, got {threshold}")
+        if graph not in ("harary", "complete"):
+            raise ValueError(f"graph must be 'harary' or 'complete', got {graph!r}")
         self.fraction_bits = fraction_bits
         self.threshold = threshold
         self.dropout = dropout
         self.rng = np.random.default_rng(seed)
+        self.graph = graph
+        self.threat = threat or _Threat()
+        self.degree = degree
+        self.per_client = per_client
+        self.keys = KeyDirectory() if key_reuse else None
+        """the clients' long-term keys (None: fresh keys every round)."""
         self.rounds = 0
         self.last: SecureSumResult | None = None
+
+    @property
+    def protocol(self) -> str:
+        """A label of the configured protocol (for tables)."""
+        if self.graph == "complete" and self.keys is None:
+            return "secagg (complete graph, per-round keys)"
+        graph = "Harary graph" if self.graph == "harary" else "complete graph"
+        keys = "long-term keys" if self.keys is not None else "per-round keys"
+        return f"secagg+ ({graph}, {keys})"
 
     def aggregate(
         self, *, items: torch.Tensor, network: torch.Tensor, updates: ClientUpdates
@@ -611,12 +801,37 @@ class MFSecAvg(Aggregator):
             item_width=items.shape[1],
             network_size=network.numel(),
         )
-        vectors = [mf_secavg_vector(updates, k, fraction_bits=self.fraction_bits) for k in range(c)]
+        vectors = mf_secavg_matrix(updates, fraction_bits=self.fraction_bits)
         encode_seconds = time.perf_counter() - start
         dropped = np.flatnonzero(self.rng.random(c) < self.dropout) if self.dropout else []
-        result = secure_sum(
-            vectors, round_id=round_id, threshold=self.threshold, dropped_after_sharing=dropped
+        graph_seed = self.rng.bytes(16) if self.graph == "harary" else None
+        plus = _plus_graph(
+            c, graph=self.graph, keys=self.keys, threat=self.threat, degree=self.degree
         )
+        if plus is None:
+            result = _secure_sum_complete(
+                list(vectors),
+                round_id=round_id,
+                threshold=self.threshold,
+                dropped_after_sharing=dropped,
+            )
+        else:
+            from fedrec.federation.secagg_plus import secure_sum_plus
+
+            result = secure_sum_plus(
+                vectors,
+                round_id=round_id,
+                client_ids=np.asarray(updates.clients).tolist(),
+                keys=self.keys,
+                graph=plus,
+                threat=self.threat,
+                degree=self.degree,
+                threshold=self.threshold,
+                graph_seed=graph_seed,
+                per_client=self.per_client,
+                overwrite_input=True,
+                dropped_after_sharing=dropped,
+            )
         result.client_seconds += encode_seconds
         self.last = result
         return decode_mf_secavg(

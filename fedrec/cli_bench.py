@@ -10,6 +10,7 @@ BENCHMARKS = {
     "envs": "fedrec.experiments.envs",
     "fedncf": "fedrec.experiments.fedncf",
     "fedslate": "fedrec.experiments.fedslate",
+    "fel": "fedrec.experiments.fel",
     "longterm": "fedrec.experiments.longterm",
 }
 

@@ -31,7 +31,7 @@ mean update (FedAvg: weights n_k / Σ n) or, with DP, the clipped and noised upd
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,6 +86,11 @@ class FedConfig:
     server_lr: float = 1.0
     dp: DPConfig | None = None
     seed: int = 0
+    fill_empty_clusters: bool = True
+    """without DP, give a cluster that drew no client in a round one client at random; ``False``
+    keeps pure Poisson sampling, so that runs with any clustering and the same seed sample exactly
+    the same clients every round (the benchmark's FEL and plain FL then do the same client
+    updates)."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -195,14 +200,17 @@ def local_train(
     index: np.ndarray,
     mask: np.ndarray,
     lr: float,
+    offset: np.ndarray | None = None,
 ) -> tuple[dict[str, torch.Tensor], float]:
     """Run every client's local SGD steps on its stacked copy; returns the trained copies and
-    the clients' mean loss on their first batch (before any step)."""
+    the clients' mean loss on their first batch (before any step). ``offset`` (M,) is a fixed
+    logit added to every sample's output (the private leaf learns on top of the public score)."""
     p = {k: t.clone().requires_grad_(True) for k, t in params.items()}
     codes_all = torch.as_tensor(data.sparse[index] + data.offsets)  # (C, S, B, F)
     dense_all = torch.as_tensor(data.dense[index])
     label_all = torch.as_tensor(data.label[index])
     mask_all = torch.as_tensor(mask, dtype=torch.float32)
+    offset_all = None if offset is None else torch.as_tensor(offset[index], dtype=torch.float32)
     first_loss = float("nan")
     for s in range(index.shape[1]):
         m = mask_all[:, s]
@@ -210,6 +218,8 @@ def local_train(
         if not (n > 0).any():
             break
         logits = forward(p, codes_all[:, s], dense_all[:, s])
+        if offset_all is not None:
+            logits = logits + offset_all[:, s]
         losses = F.binary_cross_entropy_with_logits(logits, label_all[:, s], reduction="none")
         loss = ((losses * m).sum(1) / n.clamp(min=1)).sum()
         if s == 0:
@@ -235,8 +245,18 @@ class FederatedResult:
     loss_history: list[float]  # per round: the sampled clients' mean loss on their first batch
 
 
-def train_federated(data: ClickData, assignment: np.ndarray, config: FedConfig) -> FederatedResult:
-    """Train one leaf per cluster of ``assignment`` (U,) with (DP-)FedAvg inside each cluster."""
+def train_federated(
+    data: ClickData,
+    assignment: np.ndarray,
+    config: FedConfig,
+    *,
+    offset: np.ndarray | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> FederatedResult:
+    """Train one leaf per cluster of ``assignment`` (U,) with (DP-)FedAvg inside each cluster.
+
+    ``offset`` (M,): a fixed logit added to each sample's leaf output in training (see
+    :mod:`fedrec.train.fel_private`); ``progress`` is called with 1 after every round."""
     assignment = np.asarray(assignment, np.int64)
     if assignment.shape != (data.num_clients,):
         raise ValueError(f"assignment must have one cluster per client ({data.num_clients})")
@@ -271,7 +291,7 @@ def train_federated(data: ClickData, assignment: np.ndarray, config: FedConfig) 
     updates, history = 0, []
     for _ in range(config.rounds):
         chosen = (rng.random(data.num_clients) < q) & has_train
-        if dp is None:  # at least one client per cluster (the DP rounds keep pure Poisson sampling)
+        if dp is None and config.fill_empty_clusters:  # at least one client per cluster
             for c in range(k):
                 if not chosen[assignment == c].any():
                     members = np.flatnonzero((assignment == c) & has_train)
@@ -284,10 +304,12 @@ def train_federated(data: ClickData, assignment: np.ndarray, config: FedConfig) 
         if len(clients):
             start = {n: t[cl] for n, t in params.items()}
             index, mask = client_schedules(data, clients, train_rows, config, rng)
-            trained, first_loss = local_train(start, data, index, mask, config.client_lr)
+            trained, first_loss = local_train(start, data, index, mask, config.client_lr, offset)
             deltas = flatten(trained) - flatten(start)
             updates += len(clients)
             history.append(first_loss)
+        if progress is not None:
+            progress(1)
         if dp is None:
             if not len(clients):
                 continue
@@ -312,9 +334,10 @@ def train_federated(data: ClickData, assignment: np.ndarray, config: FedConfig) 
     return FederatedResult(params, assignment, updates, z, privacy, history)
 
 
-def train_baseline(data: ClickData, config: FedConfig) -> FederatedResult:
-    """Plain FL: one global model over all clients, same q and rounds (same expected updates)."""
-    return train_federated(data, np.zeros(data.num_clients, np.int64), config)
+def train_baseline(data: ClickData, config: FedConfig, **kwargs: object) -> FederatedResult:
+    """Plain FL: one global model over all clients, same q and rounds (same expected updates);
+    ``kwargs`` go to :func:`train_federated`."""
+    return train_federated(data, np.zeros(data.num_clients, np.int64), config, **kwargs)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -401,6 +424,43 @@ class FELResult:
     opt_in_users: int
 
 
+def ensemble_aucs(
+    data: ClickData,
+    fel: FederatedResult,
+    *,
+    opt_in_fraction: float = 0.1,
+    over_arch_epochs: int = 200,
+    seed: int = 0,
+) -> tuple[dict[str, float], int]:
+    """Test AUC of every ensemble rule of trained leaves (``fel``), the over-arch fitted on a
+    random ``opt_in_fraction`` of the users' training samples; returns (scores, opt-in users)."""
+    assignment = fel.assignment
+    test = np.flatnonzero(data.is_test)
+    labels = data.label[test]
+    leaf_logits = predict(fel.params, data, test)
+    cluster = assignment[data.client[test]]
+    scores = {rule: auc(combine(leaf_logits, rule, cluster), labels) for rule in RULES}
+    rng = np.random.default_rng(seed + 2)
+    opt_in = rng.random(data.num_clients) < opt_in_fraction
+    rows = np.flatnonzero(~data.is_test & opt_in[data.client])
+    if len(rows) and 0 < data.label[rows].sum() < len(rows):
+        arch = train_over_arch(
+            predict(fel.params, data, rows),
+            assignment[data.client[rows]],
+            data.label[rows],
+            epochs=over_arch_epochs,
+            seed=seed,
+        )
+        scores["over-arch"] = auc(over_arch_logits(arch, leaf_logits, cluster), labels)
+    return scores, int(opt_in.sum())
+
+
+def baseline_auc(data: ClickData, base: FederatedResult) -> float:
+    """Test AUC of the plain FL model (a single leaf)."""
+    test = np.flatnonzero(data.is_test)
+    return auc(predict(base.params, data, test)[:, 0], data.label[test])
+
+
 def run_fel(
     data: ClickData,
     assignment: np.ndarray,
@@ -413,24 +473,14 @@ def run_fel(
     users' training samples, and report every ensemble's test AUC."""
     fel = train_federated(data, assignment, config)
     base = train_baseline(data, config)
-    test = np.flatnonzero(data.is_test)
-    labels = data.label[test]
-    leaf_logits = predict(fel.params, data, test)
-    cluster = assignment[data.client[test]]
-    scores = {rule: auc(combine(leaf_logits, rule, cluster), labels) for rule in RULES}
-    rng = np.random.default_rng(config.seed + 2)
-    opt_in = rng.random(data.num_clients) < opt_in_fraction
-    rows = np.flatnonzero(~data.is_test & opt_in[data.client])
-    if len(rows) and 0 < data.label[rows].sum() < len(rows):
-        arch = train_over_arch(
-            predict(fel.params, data, rows),
-            assignment[data.client[rows]],
-            data.label[rows],
-            epochs=over_arch_epochs,
-            seed=config.seed,
-        )
-        scores["over-arch"] = auc(over_arch_logits(arch, leaf_logits, cluster), labels)
-    scores["baseline"] = auc(predict(base.params, data, test)[:, 0], labels)
+    scores, opt_in = ensemble_aucs(
+        data,
+        fel,
+        opt_in_fraction=opt_in_fraction,
+        over_arch_epochs=over_arch_epochs,
+        seed=config.seed,
+    )
+    scores["baseline"] = baseline_auc(data, base)
     return FELResult(
         scores,
         int(assignment.max()) + 1,
@@ -438,5 +488,5 @@ def run_fel(
         base.client_updates,
         fel.privacy,
         base.privacy,
-        int(opt_in.sum()),
+        opt_in,
     )

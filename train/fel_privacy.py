@@ -26,6 +26,7 @@ it with ``opacus.accountants.utils.get_noise_multiplier``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -50,7 +51,13 @@ def _accountant(mechanisms: Sequence[GaussianMechanism]):  # -> opacus RDPAccoun
 
 
 def epsilon_of(mechanisms: Sequence[GaussianMechanism], delta: float) -> float:
-    """ε at δ of the sequential composition of ``mechanisms`` (RDP added at each order)."""
+    """ε at δ of the sequential composition of ``mechanisms`` (RDP added at each order; cached,
+    since the K clusters of an ensemble usually share one mechanism)."""
+    return _epsilon_of(tuple(mechanisms), float(delta))
+
+
+@functools.lru_cache(maxsize=1024)
+def _epsilon_of(mechanisms: tuple[GaussianMechanism, ...], delta: float) -> float:
     if not any(m.steps > 0 for m in mechanisms):
         return 0.0
     return float(_accountant(mechanisms).get_epsilon(delta=delta))
@@ -61,10 +68,12 @@ def epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: floa
     return epsilon_of([GaussianMechanism(noise_multiplier, sample_rate, steps)], delta)
 
 
+@functools.lru_cache(maxsize=256)
 def noise_multiplier_for(
     target_epsilon: float, delta: float, sample_rate: float, steps: int
 ) -> float:
-    """The noise multiplier z that reaches ``target_epsilon`` at δ (Opacus's RDP calibration)."""
+    """The noise multiplier z that reaches ``target_epsilon`` at δ (Opacus's RDP calibration;
+    cached, since the search takes seconds)."""
     from opacus.accountants.utils import get_noise_multiplier
 
     return float(

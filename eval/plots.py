@@ -30,10 +30,13 @@ def plot_learning_curves(
     *,
     title: str | None = None,
     window: int | None = None,
+    log_episodes: bool = False,
 ) -> Path:
     """Overlay the groups' mean learning curves, one subplot per return series; write a PNG.
 
-    ``window`` (the moving-average length) only labels the y axis. Returns the written path.
+    ``window`` (the moving-average length) only labels the y axis; ``log_episodes`` puts the
+    episodes on a log scale (for groups whose budgets differ by orders of magnitude). Returns the
+    written path.
     """
     series = list(dict.fromkeys(name for group in groups for name in group.series))
     if not series:
@@ -83,7 +86,10 @@ def plot_learning_curves(
                         + (f" ({group.label})" if len(groups) > 1 else ""),
                     )
             ax.set_title(name)
-            ax.set_xlabel("episode")
+            ax.set_xlabel("episode" + (" (log scale)" if log_episodes else ""))
+            plotted = [g.series[name].curve_episodes for g in groups if name in g.series]
+            if log_episodes and any((episodes > 0).any() for episodes in plotted):
+                ax.set_xscale("log")  # (a run shorter than the window has no curve to scale)
             ax.grid(alpha=0.3)
             # Below the axes: with several groups an in-plot legend hides the curves.
             ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)

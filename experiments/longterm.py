@@ -343,7 +343,8 @@ def plot(runs: Mapping[str, Sequence[Path]], path: Path, *, title: str) -> Path:
         if paths:
             (group,) = aggregate([load_run(p) for p in paths])
             groups.append(dataclasses.replace(group, label=name))
-    return plot_learning_curves(groups, path, title=title, window=100)
+    # budgets differ 30-fold (3,000 to 100,000 episodes): a log axis shows every curve
+    return plot_learning_curves(groups, path, title=title, window=100, log_episodes=True)
 
 
 # --------------------------------------------------------------------------------- command line

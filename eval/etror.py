@@ -459,6 +459,9 @@ def _read_json(path: Path) -> Any:
 def load_run(path: str | Path) -> RunLog:
     """Load a run directory; errors name the file and what is wrong with it.
 
+    A finished run's log may be archived as ``episodes.csv.gz`` (gzip; read when ``episodes.csv``
+    is absent): the committed long runs keep their logs that way.
+
     :raises FileNotFoundError: the directory, ``config.json`` or ``episodes.csv`` is missing.
     :raises ValueError: a file is malformed (bad JSON, missing fields or columns, non-numbers).
     """
@@ -472,6 +475,8 @@ def load_run(path: str | Path) -> RunLog:
         path / "episodes.csv",
         path / "final_eval.json",
     )
+    if not csv_path.is_file() and (path / "episodes.csv.gz").is_file():
+        csv_path = path / "episodes.csv.gz"  # pandas decompresses by the file name
     for required in (config_path, csv_path):
         if not required.is_file():
             raise FileNotFoundError(f"{required} is missing: {path} is not a training run")

@@ -59,3 +59,22 @@ def test_the_leaderboard_ranks_contenders_and_references_and_marks_oracles(tmp_p
     assert main(["bench", "longterm", *ARGS, *longer, "--out", str(tmp_path)]) != 0
     assert "holds another run (episodes differ" in capsys.readouterr().err
     assert (board / "rule_search" / "seed0" / "episodes.csv").stat().st_mtime_ns == before
+
+
+def test_an_archived_log_reads_like_the_plain_one(tmp_path):
+    """Committed long runs keep their episode log gzipped (``episodes.csv.gz``)."""
+    import gzip
+    import shutil
+
+    from fedrec.eval.etror import load_run
+
+    assert main(["bench", "longterm", *ARGS[:3], "rule_search", "--seeds", "1", *SHORT,
+                 "--out", str(tmp_path), "--no-plot"]) == 0  # fmt: skip
+    run = tmp_path / "10x3" / "rule_search" / "seed0"
+    plain = load_run(run)
+    with (run / "episodes.csv").open("rb") as src, gzip.open(run / "episodes.csv.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    (run / "episodes.csv").unlink()
+    archived = load_run(run)
+    assert archived.episodes.equals(plain.episodes)
+    assert [r.policy for r in leaderboard({"rule_search": [run]})]  # the leaderboard reads it

@@ -110,19 +110,18 @@ COLUMNS = [
 
 
 def _expected_config(
-    setting: Setting, contender: Contender, seed: int, episodes: int
+    setting: Setting, contender: Contender, agent_config: Any, seed: int, episodes: int
 ) -> dict[str, Any]:
-    from fedrec.agents.registry import json_ready, make_config, resolve_agent
+    """The setup entries of the run's ``config.json``, as the training loop writes them."""
+    from fedrec.agents.registry import json_ready
 
-    agent_cls = resolve_agent(contender.agent)
-    config = make_config(agent_cls, contender.overrides)
     return {
         "agent": contender.agent,
         "env_id": setting.env_id,
         "env_kwargs": json_ready(dict(setting.env_kwargs)),
         "episodes": episodes,
         "seed": seed,
-        "agent_config": json_ready(dataclasses.asdict(config)),
+        "agent_config": json_ready(dataclasses.asdict(agent_config)),
     }
 
 
@@ -166,12 +165,13 @@ def train_contender(
     episodes = episodes or contender.episodes
     path = out / setting_name / contender_name / f"seed{seed}"
     agent_cls = resolve_agent(contender.agent)
+    agent_config = make_config(agent_cls, contender.overrides)
     defaults = json_ready(dataclasses.asdict(agent_cls.Config()))
-    state = _run_state(path, _expected_config(setting, contender, seed, episodes), defaults)
+    expected = _expected_config(setting, contender, agent_config, seed, episodes)
+    state = _run_state(path, expected, defaults)
     if state == "finished":
         log(f"{setting_name} {contender_name} seed {seed}: finished run in {path}, read")
         return path
-    agent_config = make_config(agent_cls, contender.overrides)
     config = TrainConfig(
         env_id=setting.env_id,
         episodes=episodes,

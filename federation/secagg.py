@@ -355,7 +355,8 @@ class SecureSumResult:
     """full-length PRG streams expanded by clients and server (SecAgg+)."""
 
 
-def _positions(name: str, clients: Iterable[int], n: int) -> set[int]:
+def client_positions(name: str, clients: Iterable[int], n: int) -> set[int]:
+    """The distinct client positions in ``clients``, each checked to be an int in [0, n)."""
     chosen = set()
     for k in clients:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < n:
@@ -486,10 +487,12 @@ def _secure_sum_complete(
         raise ValueError(f"threshold must be an integer, got {threshold!r}")
     if not 2 <= threshold <= n:
         raise ValueError(f"threshold must be in [2, {n}], got {threshold}")
-    absent_keys = _positions("dropped_before_keys", dropped_before_keys, n)
-    absent_shares = _positions("dropped_before_sharing", dropped_before_sharing, n) - absent_keys
-    dropped = _positions("dropped_after_sharing", dropped_after_sharing, n)
-    silent = _positions("silent_in_unmasking", silent_in_unmasking, n)
+    absent_keys = client_positions("dropped_before_keys", dropped_before_keys, n)
+    absent_shares = (
+        client_positions("dropped_before_sharing", dropped_before_sharing, n) - absent_keys
+    )
+    dropped = client_positions("dropped_after_sharing", dropped_after_sharing, n)
+    silent = client_positions("silent_in_unmasking", silent_in_unmasking, n)
     words = [client_words(v, k) for k, v in enumerate(vectors)]  # before any key is made
     length = len(words[0])
     for k, w in enumerate(words):

@@ -52,6 +52,7 @@ from fedrec.federation.secagg import (
     MalformedContribution,
     SecAggAborted,
     SecureSumResult,
+    client_positions,
     client_words,
 )
 
@@ -462,15 +463,6 @@ def _limbs_key_checked(limbs: np.ndarray, abort: Callable[[str], SecAggAborted])
 # One round
 
 
-def _positions(name: str, clients: Iterable[int], n: int) -> set[int]:
-    chosen = set()
-    for k in clients:
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < n:
-            raise ValueError(f"{name}: client positions must be ints in [0, {n}), got {k!r}")
-        chosen.add(int(k))
-    return chosen
-
-
 def word_matrix(vectors: Sequence[object] | np.ndarray) -> np.ndarray:
     """The round's inputs as an (n, L) uint64 matrix (each row checked by :func:`client_words`;
     a 2-d integer array is taken as it is)."""
@@ -534,11 +526,11 @@ def secure_sum_plus(
         raise ValueError("client_ids must be n distinct non-negative integers")
     params = _round_parameters(n, graph, threat, degree, threshold)
     k, t = params.degree, params.threshold
-    absent = _positions("dropped_before_keys", dropped_before_keys, n) | _positions(
+    absent = client_positions("dropped_before_keys", dropped_before_keys, n) | client_positions(
         "dropped_before_sharing", dropped_before_sharing, n
     )
-    dropped = _positions("dropped_after_sharing", dropped_after_sharing, n)
-    silent = _positions("silent_in_unmasking", silent_in_unmasking, n)
+    dropped = client_positions("dropped_after_sharing", dropped_after_sharing, n)
+    silent = client_positions("silent_in_unmasking", silent_in_unmasking, n)
     words = word_matrix(vectors)  # before any key is made
     owned = (
         overwrite_input

@@ -47,6 +47,7 @@ _OFFICIAL = {
     "local_hidden": (256,) * 5,
     "global_hidden": (256,) * 4,
 }
+_PER_PLATFORM = "fedrec.agents.per_platform:PerPlatformAgent"
 _ITEMWISE_RELU = {"local_network": "itemwise", "local_hidden": (64, 32), "local_activation": "relu"}
 
 
@@ -111,6 +112,21 @@ MULTI_PLATFORM_AGENTS: dict[str, AgentSpec] = {
         {"time_bins": 1},
         "FedCEM whose rule ignores the time in the episode (ablation: no clock)",
     ),
+    "per_platform": AgentSpec(
+        _PER_PLATFORM,
+        {},
+        "any single-platform agent (--agent NAME) on every feedback platform, trained on that "
+        "platform alone; platforms without feedback serve --silent (random)",
+    ),
+    **{
+        name: AgentSpec(
+            _PER_PLATFORM,
+            {"agent": name},
+            f"single-platform {name} on every feedback platform, trained locally (no "
+            "federation); platforms without feedback serve random",
+        )
+        for name in ("rule_search", "rule_search_adaptive", "ppo", "recurrent_ppo")
+    },
     # Labelled deviations from the paper (docs/fedslate.md, "Diagnosis").
     "slateq_itemwise": AgentSpec(
         _FEDSLATE, {"method": "slateq", "local_network": "itemwise"}, "deviation: item-wise Q"

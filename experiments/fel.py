@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import json
 import math
 import time
 import warnings
@@ -41,6 +42,8 @@ PAPER_GAIN = (0.43, 2.31)
 DATASETS = ("taobao-synthetic", "taobao", "ml-100k")
 METHODS = ("random", "feature", "kmeans")
 RULE_COLUMNS = ("route", "over-arch", "mean", "median", "max")
+#: The over-arch trained by (DP-)FedAvg over every user (the DP table's FEL runs).
+FL_OVER_ARCH = "over-arch FL"
 #: The feature cross of the ``feature`` clustering, per data set.
 DEFAULT_CROSS = {
     "taobao-synthetic": ("final_gender_code", "age_level"),
@@ -73,7 +76,9 @@ class BenchFELConfig:
     client_lr: float = 0.5
     hidden: int = 0
     opt_in_fraction: float = 0.1
-    over_arch_epochs: int = 200
+    over_arch_iterations: int = 100
+    over_arch_rounds: int = 50
+    """rounds of the over-arch trained by FL over every user, for the DP table (0: none)"""
     private_leaf: bool = False
     """also train FEL with the private leaf at each finite ε (Taobao data only)"""
     private_fields: tuple[str, ...] = ("pvalue_level", "shopping_level")
@@ -114,6 +119,8 @@ class BenchFELConfig:
             problems.append("--private-leaf needs Taobao data (its ad category history)")
         if self.private_leaf and not self.target_epsilons:
             problems.append("--private-leaf needs at least one --target-epsilon")
+        if self.over_arch_rounds < 0:
+            problems.append(f"--over-arch-rounds must be >= 0, got {self.over_arch_rounds}")
         if self.dp_clusters < 1:
             problems.append(f"--dp-clusters must be >= 1, got {self.dp_clusters}")
         if problems:
@@ -222,6 +229,7 @@ def run_seed(
     from fedrec.train.fel import baseline_auc, ensemble_aucs, train_baseline, train_federated
 
     records = []
+    dp_setting = (config.dp_method, 0 if config.dp_method == "feature" else config.dp_clusters)
     baselines: dict[float, dict[str, Any]] = {}
     for eps in (math.inf, *config.target_epsilons):
         fed = fed_config(config, seed, eps)
@@ -252,9 +260,14 @@ def run_seed(
             data,
             fel,
             opt_in_fraction=config.opt_in_fraction,
-            over_arch_epochs=config.over_arch_epochs,
+            over_arch_iterations=config.over_arch_iterations,
             seed=seed,
         )
+        epsilon_fl = math.inf
+        if config.over_arch_rounds and (setting.method, setting.num_clusters) == dp_setting:
+            scores[FL_OVER_ARCH], epsilon_fl = federated_over_arch(data, fel, fed, config)
+            if progress is not None:
+                progress(config.over_arch_rounds)
         base = baselines[setting.target_epsilon]
         if fel.client_updates != base["client_updates"]:
             raise RuntimeError(
@@ -273,11 +286,42 @@ def run_seed(
                 "train_seconds": seconds,
                 "auc": scores,
                 "baseline_auc": base["auc"]["baseline"],
+                "epsilon_over_arch_fl": epsilon_fl,
             }
         )
     if config.private_leaf:
         records += run_private(data, config, seed, baselines, progress)
     return records
+
+
+def federated_over_arch(data, fel, fed, config: BenchFELConfig) -> tuple[float, float]:
+    """Test AUC of an over-arch trained by (DP-)FedAvg over every user on top of ``fel``'s leaves
+    (with the leaves' noise multiplier), and the ε of leaves and over-arch composed (inf: no DP)."""
+    from fedrec.eval.ranking_metrics import auc
+    from fedrec.train.fel import over_arch_logits, predict
+    from fedrec.train.fel_overarch import train_over_arch_federated
+    from fedrec.train.fel_privacy import GaussianMechanism, fel_epsilon
+
+    dp = None
+    if fed.dp is not None:
+        dp = dataclasses.replace(fed.dp, noise_multiplier=fel.noise_multiplier, target_epsilon=None)
+    result = train_over_arch_federated(
+        data,
+        fel.params,
+        fel.assignment,
+        dataclasses.replace(fed, dp=dp),
+        rounds=config.over_arch_rounds,
+    )
+    test = np.flatnonzero(data.is_test)
+    cluster = fel.assignment[data.client[test]]
+    logits = over_arch_logits(result.arch, predict(fel.params, data, test), cluster)
+    score = auc(logits, data.label[test])
+    if result.mechanism is None:
+        return score, math.inf
+    leaf = GaussianMechanism(float(fel.noise_multiplier), fed.sample_rate, fed.rounds)
+    k = int(fel.assignment.max()) + 1
+    privacy = fel_epsilon({c: [leaf] for c in range(k)}, fed.dp.delta, shared=[result.mechanism])
+    return score, privacy.epsilon
 
 
 def run_private(
@@ -336,7 +380,8 @@ def rounds_per_seed(config: BenchFELConfig) -> int:
     runs = 1 + len(config.target_epsilons) + len(settings_of(config))
     if config.private_leaf:
         runs += 2 * len(config.target_epsilons)
-    return config.rounds * runs
+    over_arch = config.over_arch_rounds * (1 + len(config.target_epsilons))
+    return config.rounds * runs + over_arch
 
 
 # ------------------------------------------------------------------------------------------------
@@ -364,7 +409,11 @@ def summarise(records: list[dict[str, Any]], config: BenchFELConfig) -> list[dic
             for r in records
             if (r["section"], r["method"], r["num_clusters"], r["target_epsilon"]) == key
         ]
-        rules = [rule for rule in (*RULE_COLUMNS, "device", "baseline") if rule in group[0]["auc"]]
+        rules = [
+            rule
+            for rule in (*RULE_COLUMNS, FL_OVER_ARCH, "device", "baseline")
+            if rule in group[0]["auc"]
+        ]
         for rule in rules:
             scored = [r for r in group if rule in r["auc"]]
             aucs = [r["auc"][rule] for r in scored]
@@ -380,7 +429,15 @@ def summarise(records: list[dict[str, Any]], config: BenchFELConfig) -> list[dic
                     "method": key[1],
                     "clusters": key[2],
                     "target_epsilon": key[3],
-                    "epsilon": float(np.mean([r["epsilon"] for r in group])),
+                    # the FL over-arch's row: leaves and over-arch composed
+                    "epsilon": float(
+                        np.mean(
+                            [
+                                r["epsilon_over_arch_fl"] if rule == FL_OVER_ARCH else r["epsilon"]
+                                for r in group
+                            ]
+                        )
+                    ),
                     "noise_multiplier": group[0]["noise_multiplier"],
                     "rule": rule,
                     "seeds": len(aucs),
@@ -462,8 +519,9 @@ def render_markdown(rows: list[dict[str, Any]], config: BenchFELConfig) -> str:
         f"## DP-FedAvg (δ = {config.delta}, clip {config.clip_norm}; FEL clustering: "
         f"{_method_label(config.dp_method, config)})",
         "",
-        "| target ε | ε plain FL | ε FEL | z | plain FL | FEL route | FEL over-arch | Δ % route | Δ % over-arch |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| target ε | ε plain FL | ε FEL | z | plain FL | FEL route | FEL over-arch | Δ % route "
+        "| Δ % over-arch | FEL over-arch FL | ε with over-arch FL | Δ % over-arch FL |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     dp_k = {key[2] for key in by_key if key[0] == "dp"}
     for eps in (math.inf, *config.target_epsilons):
@@ -498,6 +556,16 @@ def render_markdown(rows: list[dict[str, Any]], config: BenchFELConfig) -> str:
                 for c in ("route", "over-arch")
             ),
         ]
+        fl = fel.get(FL_OVER_ARCH)
+        cells += (
+            [
+                _pm(fl["auc"], fl["auc_ci95"]),
+                "inf" if not math.isfinite(fl["epsilon"]) else f"{fl['epsilon']:.3f}",
+                _pm(fl["rel_change_pct"], fl["rel_change_ci95"], 2),
+            ]
+            if fl
+            else ["–"] * 3
+        )
         lines.append("| " + " | ".join(cells) + " |")
     private = [(key, rules) for key, rules in by_key.items() if key[0] == "private"]
     if private:
@@ -575,6 +643,52 @@ def plot(rows: list[dict[str, Any]], config: BenchFELConfig, path: Path) -> Path
     return path
 
 
+# ------------------------------------------------------------------------------------------------
+# Finished seeds: an interrupted bench resumes at the first unfinished seed
+
+
+def seed_file(out: Path, seed: int) -> Path:
+    return out / "seeds" / f"seed{seed}.json"
+
+
+def _run_key(config: BenchFELConfig) -> dict[str, Any]:
+    """What a seed's records depend on (not the seed count, the output folder or the bar)."""
+    fields = dataclasses.asdict(config)
+    for name in ("seeds", "first_seed", "out", "progress"):
+        fields.pop(name)
+    return json.loads(json.dumps(fields))
+
+
+def write_seed(out: Path, seed: int, config: BenchFELConfig, records: list[dict]) -> Path:
+    """Save one seed's records as JSON, atomically (a crash leaves the old file or none)."""
+    from fedrec.train.checkpoint import atomic_write
+
+    text = json.dumps({"config": _run_key(config), "records": records}, default=float, indent=1)
+    path = seed_file(out, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def read_seed(out: Path, seed: int, config: BenchFELConfig) -> list[dict] | None:
+    """The records of a finished seed run with the same configuration, else None (a file of
+    another configuration is left to be overwritten; a malformed one is an error)."""
+    path = seed_file(out, seed)
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_text())
+        saved_config, records = saved["config"], saved["records"]
+        ok = isinstance(records, list) and all(
+            isinstance(r, dict) and r.get("seed") == seed and isinstance(r.get("auc"), dict)
+            for r in records
+        )
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path} is not a fedrec bench fel seed file: {error}") from None
+    if not ok:
+        raise ValueError(f"{path}: malformed records (delete the file to run the seed again)")
+    return records if saved_config == _run_key(config) else None
+
+
 def run_bench(config: BenchFELConfig, *, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run every seed, write the tables and the plot; returns paths, rows and raw records."""
     data = load_data(config, log=log)
@@ -600,19 +714,27 @@ def run_bench(config: BenchFELConfig, *, log: Callable[[str], None] = print) -> 
 
         bar = tqdm(total=total, desc="fel rounds", unit="round")
     records = []
+    out = Path(config.out) / config.data
     start = time.perf_counter()
     try:
         with warnings.catch_warnings():
             # Opacus's note that a large ε's best RDP order is its largest one (ε stays valid)
             warnings.filterwarnings("ignore", message="Optimal order is the largest alpha")
             for seed in config.seed_list:
-                records += run_seed(data, config, seed, bar.update if bar else None)
+                finished = read_seed(out, seed, config)
+                if finished is not None:
+                    log(f"seed {seed}: finished records read from {seed_file(out, seed)}")
+                    if bar is not None:
+                        bar.update(rounds_per_seed(config))
+                else:
+                    finished = run_seed(data, config, seed, bar.update if bar else None)
+                    write_seed(out, seed, config, finished)
+                records += finished
     finally:
         if bar is not None:
             bar.close()
     seconds = time.perf_counter() - start
     rows = summarise(records, config)
-    out = Path(config.out) / config.data
     out.mkdir(parents=True, exist_ok=True)
     markdown = render_markdown(rows, config)
     (out / "table.md").write_text(markdown)
@@ -685,7 +807,19 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--client-lr", type=float, default=0.5)
     parser.add_argument("--hidden", type=int, default=0, help="MLP width of the leaves (0: LR)")
-    parser.add_argument("--opt-in-fraction", type=float, default=0.1)
+    parser.add_argument(
+        "--opt-in-fraction",
+        type=float,
+        default=0.1,
+        help="share of users whose data trains the central over-arch (default 0.1)",
+    )
+    parser.add_argument(
+        "--over-arch-rounds",
+        type=int,
+        default=None,
+        help="rounds of the over-arch trained by (DP-)FedAvg over every user, in the DP table "
+        "(default 50, --quick 5; 0: none)",
+    )
     parser.add_argument(
         "--private-leaf",
         action="store_true",
@@ -729,7 +863,10 @@ def config_from_args(args: argparse.Namespace) -> BenchFELConfig:
         hidden=args.hidden,
         opt_in_fraction=args.opt_in_fraction,
         private_leaf=args.private_leaf,
-        over_arch_epochs=50 if quick else 200,
+        over_arch_rounds=(5 if quick else 50)
+        if args.over_arch_rounds is None
+        else args.over_arch_rounds,
+        over_arch_iterations=20 if quick else 100,
         seeds=1 if quick and args.seeds == 3 else args.seeds,
         first_seed=args.first_seed,
         out=args.out,

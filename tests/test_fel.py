@@ -3,6 +3,7 @@ ensembles, and the claim that per-cluster leaves beat one global model where gro
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from pathlib import Path
 
@@ -397,3 +398,60 @@ def test_fel_runs_on_ml100k(tmp_path: Path) -> None:
     result = run_fel(d, clusters, FedConfig(rounds=3, sample_rate=0.5), opt_in_fraction=0.5)
     assert set(result.auc) >= {*RULES, "baseline"}
     assert all(0.0 <= v <= 1.0 for v in result.auc.values())
+
+
+# ------------------------------------------------------------------------------------------------
+# The over-arch trained by federated learning (every user, DP composed sequentially)
+
+
+def test_batched_over_arch_head_equals_the_module() -> None:
+    from fedrec.train.fel import OverArch
+    from fedrec.train.fel_overarch import _head, over_arch_features
+
+    torch.manual_seed(0)
+    arch = OverArch(3, 5)
+    logits = np.random.default_rng(0).normal(size=(7, 3)).astype(np.float32)
+    cluster = np.array([0, 1, 2, 2, 1, 0, 0])
+    params = {n: p.detach()[None] for n, p in arch.named_parameters()}
+    x = torch.as_tensor(over_arch_features(logits, cluster))[None]
+    with torch.no_grad():
+        expected = arch(torch.as_tensor(logits), torch.as_tensor(cluster))
+    torch.testing.assert_close(_head(params, x)[0], expected)
+
+
+def test_federated_over_arch_learns_routing_and_composes_its_privacy(taobao: ClickData) -> None:
+    from fedrec.train.fel import ensemble_aucs, over_arch_logits
+    from fedrec.train.fel_overarch import train_over_arch_federated
+
+    clusters = cluster_clients(taobao.public, taobao.public_names, "feature", features=GENDER_AGE)
+    config = FedConfig(rounds=30, sample_rate=0.2, seed=0, fill_empty_clusters=False)
+    leaves = train_federated(taobao, clusters, config)
+    scores, _ = ensemble_aucs(taobao, leaves, opt_in_fraction=0.1)
+    test = np.flatnonzero(taobao.is_test)
+    cluster = clusters[taobao.client[test]]
+    leaf_logits = predict(leaves.params, taobao, test)
+
+    def fl_auc(result) -> float:
+        from fedrec.eval.ranking_metrics import auc
+
+        logits = over_arch_logits(result.arch, leaf_logits, cluster)
+        return auc(logits, taobao.label[test])
+
+    plain = train_over_arch_federated(taobao, leaves.params, clusters, config, rounds=30)
+    # Trained on every user's rows, it learns what the leaves' mean cannot: whose leaf to trust.
+    assert fl_auc(plain) > scores["mean"] + 0.03
+    assert fl_auc(plain) > scores["route"] - 0.02
+    assert plain.mechanism is None and plain.client_updates > 0
+    again = train_over_arch_federated(taobao, leaves.params, clusters, config, rounds=30)
+    assert fl_auc(again) == fl_auc(plain)  # seeded
+
+    dp = DPConfig(clip_norm=0.5, noise_multiplier=1.0, delta=1e-5)
+    private = train_over_arch_federated(
+        taobao, leaves.params, clusters, dataclasses.replace(config, dp=dp), rounds=10
+    )
+    assert private.mechanism == GaussianMechanism(1.0, 0.2, 10)
+    leaf = GaussianMechanism(1.0, 0.2, 30)
+    k = int(clusters.max()) + 1
+    composed = fel_epsilon({c: [leaf] for c in range(k)}, 1e-5, shared=[private.mechanism])
+    assert composed.epsilon == pytest.approx(epsilon_of([leaf, private.mechanism], 1e-5))
+    assert composed.epsilon > epsilon_of([leaf], 1e-5)

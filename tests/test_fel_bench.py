@@ -11,7 +11,7 @@ import pytest
 
 from fedrec.envs.datasets.synthetic import write_ml100k
 from fedrec.envs.datasets.taobao_synthetic import write_taobao_groups
-from fedrec.experiments.fel import BenchFELConfig, run_bench
+from fedrec.experiments.fel import FL_OVER_ARCH, BenchFELConfig, run_bench
 from fedrec.train.fel import DPConfig, FedConfig, train_baseline, train_federated
 from fedrec.train.fel_clusters import cluster_clients
 from fedrec.train.fel_data import click_data_from_taobao
@@ -32,7 +32,8 @@ def _quick(tmp_path: Path, **kwargs: object) -> BenchFELConfig:
         target_epsilons=(2.0,),
         rounds=4,
         sample_rate=0.2,
-        over_arch_epochs=20,
+        over_arch_iterations=20,
+        over_arch_rounds=3,
         seeds=2,
         out=str(tmp_path / "out"),
         progress=False,
@@ -102,9 +103,24 @@ def test_dp_table_epsilons_match_the_accountant(
         expected = epsilon(r["noise_multiplier"], config.sample_rate, config.rounds, config.delta)
         assert r["epsilon"] == pytest.approx(expected, rel=1e-9)
         assert r["epsilon"] == pytest.approx(r["target_epsilon"], rel=0.02)
+        if r["section"] == "dp":  # the over-arch trained by DP-FedAvg on the same users' data
+            leaf = GaussianMechanism(r["noise_multiplier"], config.sample_rate, config.rounds)
+            arch = GaussianMechanism(
+                r["noise_multiplier"], config.sample_rate, config.over_arch_rounds
+            )
+            assert r["epsilon_over_arch_fl"] == pytest.approx(
+                epsilon_of([leaf, arch], config.delta)
+            )
+            assert r["epsilon_over_arch_fl"] > r["epsilon"]
+            assert 0.0 <= r["auc"][FL_OVER_ARCH] <= 1.0
     for r in result["rows"]:
         if r["section"] == "dp" and math.isfinite(r["target_epsilon"]):
-            assert r["epsilon"] == pytest.approx(r["target_epsilon"], rel=0.02)
+            if r["rule"] == FL_OVER_ARCH:
+                assert r["epsilon"] > 1.05 * r["target_epsilon"]
+            else:
+                assert r["epsilon"] == pytest.approx(r["target_epsilon"], rel=0.02)
+    table = (Path(config.out) / "taobao-synthetic" / "table.md").read_text()
+    assert "| FEL over-arch FL | ε with over-arch FL |" in table
 
 
 def test_bench_on_ml100k(tmp_path: Path) -> None:
@@ -311,3 +327,21 @@ def test_fel_ranks_movielens_candidates(tmp_path: Path) -> None:
     assert env.action_space.contains(slate) and len(set(slate.tolist())) == 10
     result = evaluate_ranking_agent("fedrec/MovieLens100K-v0", agent, data_dir=tmp_path)
     assert 0.0 <= result.ndcg <= result.hit_rate <= 1.0
+
+
+def test_a_rerun_reads_finished_seeds_and_refuses_a_broken_file(
+    taobao_bench: tuple[BenchFELConfig, dict],
+) -> None:
+    config, first = taobao_bench
+    messages: list[str] = []
+    again = run_bench(config, log=messages.append)
+    assert sum("finished records read" in m for m in messages) == config.seeds
+    assert again["rows"] == first["rows"]
+    seed_path = Path(config.out) / "taobao-synthetic" / "seeds" / f"seed{config.first_seed}.json"
+    text = seed_path.read_text()
+    try:
+        seed_path.write_text(text[: len(text) // 2])  # a torn write
+        with pytest.raises(ValueError, match="not a fedrec bench fel seed file"):
+            run_bench(config, log=lambda _: None)
+    finally:
+        seed_path.write_text(text)

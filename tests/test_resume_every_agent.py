@@ -23,6 +23,7 @@ import pytest
 import torch
 from resume_helpers import die_after_checkpoint, final_eval_without_clock
 
+from fedrec.agents.per_platform import PerPlatformAgent, PerPlatformConfig
 from fedrec.agents.registry import (
     AGENTS,
     MULTI_PLATFORM_AGENTS,
@@ -180,9 +181,18 @@ def _single_run(name: str, request: pytest.FixtureRequest) -> tuple[Run, Setup]:
     return run, setup
 
 
+def _per_platform_setup(presets: Mapping[str, Any]) -> Setup:
+    """A per-platform wrapper learns with its inner agent's tiny setup, on platform A."""
+    inner = resolve_agent(presets.get("agent", PerPlatformConfig.agent))
+    setup = _setup_of(inner)
+    options = tuple(f"{key}={value!r}" for key, value in setup.overrides.items())
+    learned = None if setup.learned is None else f"agents.platform_a.{setup.learned}"
+    return Setup({"agent_options": options}, learned)
+
+
 def _multi_run(name: str) -> tuple[Run, Setup]:
-    cls, _ = _import_or_skip(resolve_multi_platform_agent, name)
-    setup = _setup_of(cls)
+    cls, presets = _import_or_skip(resolve_multi_platform_agent, name)
+    setup = _per_platform_setup(presets) if cls is PerPlatformAgent else _setup_of(cls)
 
     def run(out: Path, *, resume: bool = False) -> Trained:
         trained: list[Trained] = []

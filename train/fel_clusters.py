@@ -46,11 +46,29 @@ def one_hot(public: np.ndarray) -> np.ndarray:
     return np.concatenate(blocks, axis=1)
 
 
+def _profile_keys(public: np.ndarray) -> np.ndarray:
+    """(U,) one integer per client, equal exactly when the rows of codes are equal."""
+    key = np.zeros(len(public), dtype=np.int64)
+    radix = 1
+    for col in public.T:
+        _, ids = np.unique(col, return_inverse=True)
+        size = int(ids.max()) + 1 if len(ids) else 1
+        radix *= size
+        if radix >= 2**62:  # too many combinations for one int64: rank the rows instead
+            return np.unique(public, axis=0, return_inverse=True)[1].reshape(-1)
+        key = key * size + ids.reshape(-1)
+    return key
+
+
 def kmeans_clusters(
     public: np.ndarray, num_clusters: int, *, seed: int = 0, iterations: int = 50
 ) -> np.ndarray:
     """k-means on the one-hot public features (NumPy; see the module docstring)."""
-    points, inverse = np.unique(one_hot(public), axis=0, return_inverse=True)
+    public = np.asarray(public)
+    # The distinct profiles, found on one integer key per client (np.unique over the rows of the
+    # (U, D) one-hot matrix sorts them lexicographically: seconds at 100,000 clients).
+    _, first, inverse = np.unique(_profile_keys(public), return_index=True, return_inverse=True)
+    points = one_hot(public)[first] if len(first) else np.zeros((0, 0))
     weights = np.bincount(inverse.reshape(-1), minlength=len(points)).astype(np.float64)
     if not 1 <= num_clusters <= len(points):
         raise ValueError(

@@ -133,7 +133,6 @@ def _federated_job(spec: dict[str, Any]) -> dict[str, Any]:
         out_dir=run_dir,
         resume=run_dir is not None and (Path(run_dir) / "config.json").is_file(),
     )
-    samples = np.asarray(result.client_samples, dtype=np.float64)
     return {
         "spec": spec,
         "history": [dataclasses.asdict(p) for p in result.history],
@@ -141,8 +140,8 @@ def _federated_job(spec: dict[str, Any]) -> dict[str, Any]:
         "ndcg": result.final.ndcg,
         "train_seconds": result.train_seconds,
         "aggregation_seconds": result.aggregation_seconds,
-        "mean_client_samples": float(samples.mean()),
-        "participations": len(samples),
+        "mean_client_samples": result.client_samples / max(result.participations, 1),
+        "participations": result.participations,
     }
 
 

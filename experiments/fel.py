@@ -79,6 +79,9 @@ class BenchFELConfig:
     over_arch_iterations: int = 100
     over_arch_rounds: int = 50
     """rounds of the over-arch trained by FL over every user, for the DP table (0: none)"""
+    over_arch_client_lr: float = 5.0
+    """its clients' SGD step (its inputs are bounded logits: larger steps than the leaves')"""
+    over_arch_local_epochs: int = 3
     private_leaf: bool = False
     """also train FEL with the private leaf at each finite ε (Taobao data only)"""
     private_fields: tuple[str, ...] = ("pvalue_level", "shopping_level")
@@ -119,6 +122,8 @@ class BenchFELConfig:
             problems.append("--private-leaf needs Taobao data (its ad category history)")
         if self.private_leaf and not self.target_epsilons:
             problems.append("--private-leaf needs at least one --target-epsilon")
+        if self.over_arch_client_lr <= 0 or self.over_arch_local_epochs < 1:
+            problems.append("the over-arch's client lr must be > 0 and its local epochs >= 1")
         if self.over_arch_rounds < 0:
             problems.append(f"--over-arch-rounds must be >= 0, got {self.over_arch_rounds}")
         if self.dp_clusters < 1:
@@ -309,7 +314,12 @@ def federated_over_arch(data, fel, fed, config: BenchFELConfig) -> tuple[float, 
         data,
         fel.params,
         fel.assignment,
-        dataclasses.replace(fed, dp=dp),
+        dataclasses.replace(
+            fed,
+            dp=dp,
+            client_lr=config.over_arch_client_lr,
+            local_epochs=config.over_arch_local_epochs,
+        ),
         rounds=config.over_arch_rounds,
     )
     test = np.flatnonzero(data.is_test)

@@ -255,7 +255,8 @@ def test_units_and_participation(small_dir: Path) -> None:
     result = train_federated(dataset="ml-100k", data_dir=small_dir, config=config, progress=False)
     assert [p.global_round for p in result.history] == [1.0, 2.0]
     assert [p.aggregation_round for p in result.history] == [3, 6]
-    assert len(result.client_samples) == 2 * data.num_users  # every user once per global round
+    assert result.participations == 2 * data.num_users  # every user once per global round
+    assert result.client_samples > 5 * result.participations  # n_k: 4 negatives per positive
     by_rounds = FedNCFConfig(aggregation_rounds=4, clients_per_round=15, eval_every=1)
     result = train_federated(
         dataset="ml-100k", data_dir=small_dir, config=by_rounds, progress=False

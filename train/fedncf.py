@@ -192,8 +192,11 @@ class TrainResult:
     train_seconds: float
     aborted_rounds: int = 0
     """MF-SecAvg rounds aborted because too many clients dropped (global model kept)."""
-    client_samples: list[int] = field(default_factory=list)
-    """n_k of every participation (for per-client cost)."""
+    participations: int = 0
+    """client participations in all (a client trained in a round)"""
+    client_samples: int = 0
+    """sum of n_k over the participations (for the per-client cost); a running total, not a
+    list: a list grows by U entries per global round and every checkpoint would copy it"""
     aggregation_seconds: float = 0.0
     """time spent in the aggregator (server side, plus client masking for MF-SecAvg)."""
 
@@ -859,7 +862,8 @@ class FedNCFTrainer(Trainer):
             self.extra["optimizer_store"] = self.optimizer_store
         self.rounds_done = 0
         self.history: list[EvalPoint] = []
-        self.samples: list[int] = []
+        self.participations = 0
+        self.samples = 0  # sum of n_k over the participations
         self.aborted = 0
         self.train_seconds = self.aggregation_seconds = 0.0
         self.groups: list[np.ndarray] = []
@@ -939,7 +943,8 @@ class FedNCFTrainer(Trainer):
             **self.extra,
         )
         self.user_store[torch.from_numpy(users)] = new_rows
-        self.samples.extend(int(n) for n in updates.num_samples)
+        self.participations += len(updates.num_samples)
+        self.samples += int(np.sum(updates.num_samples))
         agg_start = time.perf_counter()
         try:
             self.items, self.network = self.aggregator.aggregate(
@@ -967,7 +972,8 @@ class FedNCFTrainer(Trainer):
             "selection_rng": self.selection_rng.bit_generator.state,
             "aggregator_rng": aggregator_rng.bit_generator.state if aggregator_rng else None,
             "history": [dataclasses.asdict(p) for p in self.history],
-            "samples": np.asarray(self.samples, dtype=np.int64),
+            "participations": self.participations,
+            "samples": self.samples,
             "aborted": self.aborted,
             "train_seconds": self.train_seconds,
             "aggregation_seconds": self.aggregation_seconds,
@@ -980,7 +986,11 @@ class FedNCFTrainer(Trainer):
         if state["aggregator_rng"] is not None:
             self.aggregator.rng.bit_generator.state = state["aggregator_rng"]
         self.history = [EvalPoint(**p) for p in state["history"]]
-        self.samples = [int(n) for n in state["samples"]]
+        samples = state["samples"]
+        if np.ndim(samples):  # a checkpoint of an older fedrec kept every n_k
+            self.participations, self.samples = len(samples), int(np.sum(samples))
+        else:
+            self.participations, self.samples = int(state["participations"]), int(samples)
         self.aborted = int(state["aborted"])
         self.train_seconds = float(state["train_seconds"])
         self.aggregation_seconds = float(state["aggregation_seconds"])
@@ -1078,6 +1088,7 @@ def train_federated(
         final=RankingResult(final.hit_rate, final.ndcg, trainer.num_users, config.top_k),
         train_seconds=trainer.train_seconds,
         aborted_rounds=trainer.aborted,
+        participations=trainer.participations,
         client_samples=trainer.samples,
         aggregation_seconds=trainer.aggregation_seconds,
     )

@@ -360,9 +360,17 @@ def combine(logits: np.ndarray, rule: str, cluster: np.ndarray | None = None) ->
     raise ValueError(f"unknown rule {rule!r}; known: {', '.join(RULES)} and the over-arch")
 
 
+#: Leaf logits enter the over-arch clamped to +-LOGIT_BOUND and divided by it. A leaf of a tiny
+#: cluster under DP noise can output logits in the hundreds; unbounded, they dominate the
+#: over-arch's gradients and its federated SGD diverges (|logit| > 10 means p < 5e-5 or
+#: p > 1 - 5e-5: clamping there loses nothing a click model needs).
+LOGIT_BOUND = 10.0
+
+
 class OverArch(torch.nn.Module):
     """A small NN over the K leaf logits, the user's own cluster's leaf logit and the one-hot of
-    that cluster (public), with a linear skip: ``linear(x) + mlp(x)``."""
+    that cluster (public), with a linear skip: ``linear(x) + mlp(x)``; logits are bounded first
+    (:data:`LOGIT_BOUND`)."""
 
     def __init__(self, num_leaves: int, hidden: int = 16) -> None:
         super().__init__()
@@ -373,11 +381,19 @@ class OverArch(torch.nn.Module):
             torch.nn.Linear(width, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 1)
         )
 
-    def forward(self, logits: torch.Tensor, cluster: torch.Tensor) -> torch.Tensor:
-        onehot = F.one_hot(cluster, self.num_leaves).to(logits.dtype)
-        own = logits.gather(1, cluster[:, None])
-        x = torch.cat([logits, own, onehot], 1)
+    @staticmethod
+    def features(logits: torch.Tensor, cluster: torch.Tensor, num_leaves: int) -> torch.Tensor:
+        """(M, 2K + 1) inputs: the bounded K logits, the own cluster's, the cluster's one-hot."""
+        bounded = logits.clamp(-LOGIT_BOUND, LOGIT_BOUND) / LOGIT_BOUND
+        onehot = F.one_hot(cluster, num_leaves).to(bounded.dtype)
+        own = bounded.gather(1, cluster[:, None])
+        return torch.cat([bounded, own, onehot], 1)
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
         return (self.linear(x) + self.mlp(x)).squeeze(1)
+
+    def forward(self, logits: torch.Tensor, cluster: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(logits, cluster, self.num_leaves))
 
 
 def train_over_arch(

@@ -50,13 +50,13 @@ class FederatedOverArch:
 
 
 def over_arch_features(logits: np.ndarray, cluster: np.ndarray) -> np.ndarray:
-    """(M, 2K + 1) inputs of :meth:`OverArch.head`: the K logits, the own cluster's logit and the
-    cluster's one-hot (the same features :class:`OverArch` builds in ``forward``)."""
-    k = logits.shape[1]
-    own = logits[np.arange(len(logits)), cluster][:, None]
-    return np.concatenate([logits, own, np.eye(k, dtype=logits.dtype)[cluster]], 1).astype(
-        np.float32
+    """(M, 2K + 1) float32 inputs of :meth:`OverArch.head` (:meth:`OverArch.features`)."""
+    x = OverArch.features(
+        torch.as_tensor(logits, dtype=torch.float32),
+        torch.as_tensor(cluster, dtype=torch.int64),
+        logits.shape[1],
     )
+    return x.numpy()
 
 
 def _head(params: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:

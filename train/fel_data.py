@@ -20,6 +20,7 @@ Two builders:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,6 +123,17 @@ def click_data_from_taobao(
     )
 
 
+def _genre_flags(item_features, genres: Sequence[str]) -> np.ndarray:
+    """(items, G) 0/1 genre flags: ``u.item``'s genre columns, or RecBole's multi-hot ``class``
+    tokens (``class=Action``, ...) of its atomic ``.item`` file."""
+    for columns in (list(genres), [f"class={genre}" for genre in genres]):
+        if all(column in item_features.columns for column in columns):
+            return item_features[columns].fillna(0).to_numpy(np.float32)
+    raise ValueError(
+        f"ML-100K item features have no genre flags (columns: {list(item_features.columns)})"
+    )
+
+
 def click_data_from_ml100k(
     data_dir: str | Path | None = None,
     *,
@@ -143,7 +155,7 @@ def click_data_from_ml100k(
     age = np.digitize(feats["age"].fillna(0).to_numpy(), ML_AGE_BOUNDS) + 1  # 1..7
     occupation = feats["occupation"].fillna(-1).to_numpy(np.int64) + 1  # 0 = unknown
     public = np.column_stack([gender, age, occupation]).astype(np.int64)
-    genres = dataset.item_features.reindex(items)[list(ML100K_GENRES)].fillna(0).to_numpy()
+    genres = _genre_flags(dataset.item_features.reindex(items), ML100K_GENRES)
     stamps = log["timestamp"].to_numpy()
     # rank of each rating within its user by (time, file order); the latest ones are the test
     order = np.lexsort((np.arange(len(log)), stamps, client))

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 import fedrec  # noqa: F401  (registers the env ids)
-from fedrec.envs.datasets.formats import TAOBAO_PIDS, TAOBAO_USER_PROFILE_HEADER
-from fedrec.envs.datasets.synthetic import write_ml100k
+from fedrec.envs.datasets.formats import ML100K_GENRES, TAOBAO_PIDS, TAOBAO_USER_PROFILE_HEADER
+from fedrec.envs.datasets.synthetic import write_atomic, write_ml100k
 from fedrec.envs.datasets.taobao import TEST_DAY_START
 from fedrec.envs.datasets.taobao_synthetic import group_of, write_taobao_groups
 from fedrec.train.fel import (
@@ -139,6 +139,18 @@ def test_click_data_from_ml100k(tmp_path: Path) -> None:
         assert test[-test.sum() :].all()  # the test rows are each user's latest (sorted by time)
     assert np.array_equal(d.public[d.client], d.sparse[:, :3])
     assert set(np.unique(d.public[:, 0])) <= {1, 2}
+
+
+def test_click_data_from_recbole_ml100k_has_the_same_genre_flags(tmp_path: Path) -> None:
+    """RecBole's bundled ML-100K (``fedrec data fetch ml-100k --source recbole``) keeps genres as
+    ``class`` tokens: they become the same 19 dense flags as ``u.item``'s columns."""
+    write_ml100k(tmp_path / "grouplens", seed=3)
+    write_atomic(tmp_path / "recbole", seed=3)
+    grouplens = click_data_from_ml100k(tmp_path / "grouplens")
+    recbole = click_data_from_ml100k(tmp_path / "recbole")
+    assert recbole.dense.shape == (len(recbole.label), len(ML100K_GENRES))
+    assert set(np.unique(recbole.dense)) <= {0.0, 1.0} and recbole.dense.sum() > 0
+    assert np.array_equal(recbole.label, grouplens.label)  # the same synthetic log
 
 
 # ------------------------------------------------------------------------------------------------

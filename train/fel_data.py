@@ -125,10 +125,16 @@ def click_data_from_taobao(
 
 def _genre_flags(item_features, genres: Sequence[str]) -> np.ndarray:
     """(items, G) 0/1 genre flags: ``u.item``'s genre columns, or RecBole's multi-hot ``class``
-    tokens (``class=Action``, ...) of its atomic ``.item`` file."""
-    for columns in (list(genres), [f"class={genre}" for genre in genres]):
-        if all(column in item_features.columns for column in columns):
-            return item_features[columns].fillna(0).to_numpy(np.float32)
+    tokens (``class=Action``, ...) of its atomic ``.item`` file, where a genre no item has is
+    absent (all zeros)."""
+    if all(genre in item_features.columns for genre in genres):
+        return item_features[list(genres)].fillna(0).to_numpy(np.float32)
+    if any(str(column).startswith("class=") for column in item_features.columns):
+        flags = np.zeros((len(item_features), len(genres)), np.float32)
+        for j, genre in enumerate(genres):
+            if f"class={genre}" in item_features.columns:
+                flags[:, j] = item_features[f"class={genre}"].fillna(0).to_numpy(np.float32)
+        return flags
     raise ValueError(
         f"ML-100K item features have no genre flags (columns: {list(item_features.columns)})"
     )

@@ -641,8 +641,13 @@ def plot(rows: list[dict[str, Any]], config: BenchFELConfig, path: Path) -> Path
                 ci = [0.0 if not math.isfinite(c) else c for c in ci]
                 ax.errorbar(k, a, yerr=ci, fmt=style, capsize=3, label=f"{method}, {rule}")
     ax.set_xscale("log", base=2)
+    labels, last = [], None
+    for t in sorted(ticks):  # a label too close to the previous one (15 beside 16) is left out
+        near = last is not None and math.log2(t / last) < 0.2
+        labels.append("" if near else str(t))
+        last = last if near else t
     if ticks:
-        ax.set_xticks(sorted(ticks), [str(t) for t in sorted(ticks)])
+        ax.set_xticks(sorted(ticks), labels)
     ax.set_xlabel("clusters K")
     ax.set_ylabel("test AUC")
     ax.set_title(f"FEL on {config.data}")

@@ -44,7 +44,12 @@ from typing import Any
 
 import numpy as np
 
-from fedrec.agents.multi_platform import MultiPlatformAgent, Observations, Slates
+from fedrec.agents.multi_platform import (
+    MultiPlatformAgent,
+    Observations,
+    Slates,
+    episode_length_of,
+)
 from fedrec.agents.slate_rule import RuleSearchConfig, basis, cross_entropy_step, top_slates
 from fedrec.envs.choc_kale_model import ChocKaleParams
 from fedrec.federation import SERVER, Channel, MessageKind
@@ -248,16 +253,13 @@ class FedCEMAgent(MultiPlatformAgent):
     def from_env(
         cls, env: Any, *, config: Any = None, seed: int | None = None
     ) -> MultiPlatformAgent:
-        length = env.params.time_budget // env.num_platforms
-        if getattr(env, "max_cycles", None):
-            length = min(length, int(env.max_cycles))
         return cls(
             platforms=env.possible_agents,
             feedback=env.feedback,
             params=env.params,
             config=config,
             seed=seed,
-            episode_length=length,
+            episode_length=episode_length_of(env),
         )
 
     def _receive_rule(self) -> None:

@@ -187,6 +187,15 @@ class MultiPlatformAgent(abc.ABC):
             self.channel.load_state_dict(state["channel"])
 
 
+def episode_length_of(env: Any) -> int:
+    """Joint steps per episode of a multi-platform env: each platform's share of the shared time
+    budget, or the env's cycle cap where that is shorter."""
+    length = env.params.time_budget // env.num_platforms
+    if getattr(env, "max_cycles", None):
+        length = min(length, int(env.max_cycles))
+    return length
+
+
 class RandomMultiPolicy(MultiPlatformAgent):
     """Uniformly random slates of n distinct items on every platform (the papers' baseline)."""
 

@@ -28,7 +28,12 @@ from typing import Any, Literal
 import numpy as np
 
 from fedrec.agents.base import SlateAgent, Transitions
-from fedrec.agents.multi_platform import MultiPlatformAgent, Observations, Slates
+from fedrec.agents.multi_platform import (
+    MultiPlatformAgent,
+    Observations,
+    Slates,
+    episode_length_of,
+)
 from fedrec.envs.choc_kale import observation_space
 from fedrec.envs.choc_kale_model import ChocKaleParams
 from fedrec.envs.slates import SlateSpace
@@ -150,16 +155,13 @@ class PerPlatformAgent(MultiPlatformAgent):
     def from_env(
         cls, env: Any, *, config: Any = None, seed: int | None = None
     ) -> MultiPlatformAgent:
-        length = env.params.time_budget // env.num_platforms
-        if getattr(env, "max_cycles", None):
-            length = min(length, int(env.max_cycles))
         return cls(
             platforms=env.possible_agents,
             feedback=env.feedback,
             params=env.params,
             config=config,
             seed=seed,
-            episode_length=length,
+            episode_length=episode_length_of(env),
             num_users=env.num_users,
         )
 

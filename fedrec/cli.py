@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in (cli_envs, cli_demo, cli_train, cli_eval, cli_bench):
         module.add_parser(subparsers)
-    for optional in ("fedrec.cli_data",):
+    for optional in ("fedrec.cli_data", "fedrec.cli_flower"):
         try:
             module = __import__(optional, fromlist=["add_parser"])
         except ModuleNotFoundError as error:

@@ -1,8 +1,8 @@
 """FedNCF on Flower: the server and the clients as a Flower ``ServerApp`` and ``ClientApp``.
 
 Everything federated in fedrec otherwise runs in one Python process. Here the same FedNCF
-training runs on Flower's Message API, so the parties can live in separate processes (Flower's
-simulation engine, and with ``flwr run`` a real deployment):
+training runs on Flower's Message API, so the parties can live in separate processes (today on
+Flower's simulation engine, :func:`run_simulation`; the same apps are what ``flwr run`` deploys):
 
 - **Nodes.** Each Flower node (SuperNode) hosts a shard of the users: user ``u`` lives on the node
   with partition id ``u % num_nodes``. A node keeps its users' private embeddings in its

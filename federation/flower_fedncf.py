@@ -46,7 +46,12 @@ FLOWER_AGGREGATORS = ("simpleavg", "fedavg", "mf-fedavg")
 #: Seconds between the server's polls for replies (Flower's default: 0.1).
 PULL_INTERVAL = 0.01
 #: Environment variables that keep Flower and Ray from reporting usage over the network.
-QUIET_ENV = {"FLWR_TELEMETRY_ENABLED": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+QUIET_ENV = {
+    "FLWR_TELEMETRY_ENABLED": "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    # keep the current behaviour without Ray's FutureWarning about it (no GPUs are used)
+    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
+}
 
 
 def node_of(users: np.ndarray, num_nodes: int) -> np.ndarray:

@@ -515,6 +515,29 @@ def _slope(work: list[float], seconds: list[float]) -> float | None:
     return float(np.polyfit(x, y, 1)[0])
 
 
+def _span_lines(points: list[PointResult], *, fixed: str, varied: str) -> list[str]:
+    """For each value of ``fixed``: how s per 1k examples and s per global round change from the
+    smallest to the largest ``varied`` (users or clients per round)."""
+    label = {"users": "users", "clients_per_round": "clients/round"}
+    lines = []
+    for value in sorted({getattr(p, fixed) for p in points}):
+        run = sorted(
+            (p for p in points if getattr(p, fixed) == value), key=lambda p: getattr(p, varied)
+        )
+        if len(run) < 2:
+            continue
+        first, last = run[0], run[-1]
+        growth = getattr(last, varied) / getattr(first, varied)
+        scale = f" (×{growth:.3g})" if varied == "users" else ""
+        lines.append(
+            f"  - {value:,} {label[fixed]}: from {getattr(first, varied):,} to "
+            f"{getattr(last, varied):,} {label[varied]}{scale}, s per 1k examples "
+            f"×{last.per_1k_examples / first.per_1k_examples:.2f}, s per global round "
+            f"×{last.global_seconds / first.global_seconds:.3g}."
+        )
+    return lines
+
+
 def linearity_lines(points: list[PointResult]) -> list[str]:
     """Whether time grows linearly in the work, per model, with the measured ratios where not."""
     lines = []
@@ -539,24 +562,8 @@ def linearity_lines(points: list[PointResult]) -> list[str]:
             f"clients/round, {lo.per_1k_examples:.3g} s at {lo.users:,} users × "
             f"{lo.clients_per_round:,}{slope_text} (1 = linear)."
         )
-        for users in sorted({p.users for p in ps}):
-            row = sorted((p for p in ps if p.users == users), key=lambda p: p.clients_per_round)
-            if len(row) > 1:
-                lines.append(
-                    f"  - {users:,} users: from {row[0].clients_per_round:,} to "
-                    f"{row[-1].clients_per_round:,} clients/round, s per 1k examples ×"
-                    f"{row[-1].per_1k_examples / row[0].per_1k_examples:.2f}, s per global "
-                    f"round ×{row[-1].global_seconds / row[0].global_seconds:.2f}."
-                )
-        for c in sorted({p.clients_per_round for p in ps}):
-            col = sorted((p for p in ps if p.clients_per_round == c), key=lambda p: p.users)
-            if len(col) > 1:
-                lines.append(
-                    f"  - {c:,} clients/round: from {col[0].users:,} to {col[-1].users:,} users "
-                    f"(×{col[-1].users / col[0].users:.3g}), s per 1k examples ×"
-                    f"{col[-1].per_1k_examples / col[0].per_1k_examples:.2f}, s per global "
-                    f"round ×{col[-1].global_seconds / col[0].global_seconds:.3g}."
-                )
+        for fixed, varied in (("users", "clients_per_round"), ("clients_per_round", "users")):
+            lines += _span_lines(ps, fixed=fixed, varied=varied)
     return lines
 
 

@@ -25,7 +25,7 @@ What the messages carry is what FedNCF's clients send anyway: no user embedding,
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import json
 import os
 import tempfile
@@ -59,18 +59,6 @@ def node_of(users: np.ndarray, num_nodes: int) -> np.ndarray:
     return np.asarray(users, dtype=np.int64) % num_nodes
 
 
-def _config_dict(config: FedNCFConfig) -> dict[str, Any]:
-    return json.loads(json.dumps(dataclasses.asdict(config)))
-
-
-def _config_of(data: dict[str, Any]) -> FedNCFConfig:
-    from fedrec.agents.ncf import NCFConfig
-
-    model = data.pop("model")
-    model = NCFConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in model.items()})
-    return FedNCFConfig(model=model, **data)
-
-
 def _initial_model(config: FedNCFConfig, num_users: int, num_items: int):
     """The seeded initial NCF, exactly as the in-process trainer builds it."""
     from fedrec.agents.ncf import NCF
@@ -84,26 +72,20 @@ def _initial_model(config: FedNCFConfig, num_users: int, num_items: int):
 
 
 class _Shard:
-    """One node's data and its users' private rows (rebuilt from ``Context.state`` each call)."""
+    """The data a node trains from (the users' private rows live in ``Context.state``)."""
 
-    def __init__(self, dataset: str, data_dir: str | None, config: FedNCFConfig) -> None:
+    def __init__(self, dataset: str, data_dir: str | None) -> None:
         from fedrec.envs.datasets.catalog import load_prepared
         from fedrec.train.fedncf import ClientData
 
         self.data = load_prepared(dataset, data_dir)
         self.clients = ClientData.of(self.data)
-        self.config = config
 
 
-_SHARDS: dict[tuple[str, str | None, str], _Shard] = {}
-
-
-def _shard(dataset: str, data_dir: str | None, config_json: str) -> _Shard:
-    """The node process's loaded data, loaded once per process (data are public to the node)."""
-    key = (dataset, data_dir, config_json)
-    if key not in _SHARDS:
-        _SHARDS[key] = _Shard(dataset, data_dir, _config_of(json.loads(config_json)))
-    return _SHARDS[key]
+@functools.cache
+def _shard(dataset: str, data_dir: str | None) -> _Shard:
+    """The node process's loaded data, loaded once per process."""
+    return _Shard(dataset, data_dir)
 
 
 def make_client_app(*, dataset: str, data_dir: str | None, config: FedNCFConfig, num_nodes: int):
@@ -112,7 +94,6 @@ def make_client_app(*, dataset: str, data_dir: str | None, config: FedNCFConfig,
     from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
     from flwr.clientapp import ClientApp
 
-    config_json = json.dumps(_config_dict(config))
     app = ClientApp()
 
     def rows_of(context: Any, shard: _Shard) -> tuple[np.ndarray, np.ndarray]:
@@ -121,7 +102,7 @@ def make_client_app(*, dataset: str, data_dir: str | None, config: FedNCFConfig,
         if "users" not in context.state:
             num_users, num_items = shard.data.num_users, shard.data.num_items
             own = np.flatnonzero(node_of(np.arange(num_users), num_nodes) == pid)
-            table = _initial_model(shard.config, num_users, num_items).user_table()
+            table = _initial_model(config, num_users, num_items).user_table()
             context.state["users"] = ArrayRecord([own, table[torch.from_numpy(own)].numpy()])
         own, rows = context.state["users"].to_numpy_ndarrays()
         return own, rows
@@ -130,8 +111,7 @@ def make_client_app(*, dataset: str, data_dir: str | None, config: FedNCFConfig,
     def train(msg: Message, context: Any) -> Message:
         from fedrec.train.fedncf import sample_round, train_round_batched
 
-        shard = _shard(dataset, data_dir, config_json)
-        c = shard.config
+        shard, c = _shard(dataset, data_dir), config
         items, network, users = msg.content["arrays"].to_numpy_ndarrays()
         r = int(msg.content["config"]["round"])
         own, rows = rows_of(context, shard)
@@ -175,15 +155,13 @@ def make_client_app(*, dataset: str, data_dir: str | None, config: FedNCFConfig,
 
     @app.evaluate()
     def evaluate(msg: Message, context: Any) -> Message:
-        from fedrec.agents.fedncf_agent import NCFRankingAgent
-        from fedrec.train.fedncf import env_id_of
-
-        shard = _shard(dataset, data_dir, config_json)
+        shard = _shard(dataset, data_dir)
         items, network = msg.content["arrays"].to_numpy_ndarrays()
         own, rows = rows_of(context, shard)
         hits, ndcg = _score_users(
-            shard, own, rows, items, network, env_id_of(dataset), NCFRankingAgent, data_dir
-        )
+            shard, config, dataset=dataset, data_dir=data_dir, own=own, rows=rows,
+            items=items, network=network,
+        )  # fmt: skip
         metrics = MetricRecord({"hits": hits, "ndcg": ndcg, "users": len(own)})
         return Message(RecordDict({"metrics": metrics}), reply_to=msg)
 
@@ -198,21 +176,23 @@ def make_client_app(*, dataset: str, data_dir: str | None, config: FedNCFConfig,
 
 def _score_users(
     shard: _Shard,
+    c: FedNCFConfig,
+    *,
+    dataset: str,
+    data_dir: str | None,
     own: np.ndarray,
     rows: np.ndarray,
     items: np.ndarray,
     network: np.ndarray,
-    env_id: str,
-    agent_cls: type,
-    data_dir: str | None,
 ) -> tuple[float, float]:
     """(hits, NDCG sum) of the node's users in the evaluation mode; the other users' rows are
     zeros here and their results are dropped."""
     import gymnasium as gym
 
     import fedrec  # noqa: F401  (registers the env ids)
+    from fedrec.agents.fedncf_agent import NCFRankingAgent
+    from fedrec.train.fedncf import env_id_of
 
-    c = shard.config
     num_users, num_items = shard.data.num_users, shard.data.num_items
     model = _initial_model(c, num_users, num_items)
     table = torch.zeros_like(model.user_table())
@@ -220,9 +200,9 @@ def _score_users(
     model.load_federated(
         user_table=table, item_table=torch.from_numpy(items), network=torch.from_numpy(network)
     )
-    agent = agent_cls(model, slate_size=c.top_k)
+    agent = NCFRankingAgent(model, slate_size=c.top_k)
     envs = gym.make_vec(
-        env_id, num_envs=num_users, mode="evaluation", data_dir=data_dir, top_k=c.top_k
+        env_id_of(dataset), num_envs=num_users, mode="evaluation", data_dir=data_dir, top_k=c.top_k
     )
     obs, _ = envs.reset(seed=0)
     _, rewards, _, _, info = envs.step(agent.act_batch(obs))

@@ -25,12 +25,13 @@ What the messages carry is what FedNCF's clients send anyway: no user embedding,
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
-import os
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,20 +39,77 @@ import numpy as np
 import torch
 
 from fedrec.federation.aggregators import ClientUpdates, make_aggregator
+from fedrec.federation.flower_common import (
+    add_partition_query,
+    job_of,
+    partition_nodes,
+    replies,
+    simulate,
+    tune_grid,
+)
+from fedrec.federation.flower_secagg import SecureAggregation, secure_mod, secure_train_reply
 from fedrec.train.fedncf import FedNCFConfig
 
 #: The aggregators a Flower run supports (MF-SecAvg simulates its masking in one process; Flower's
 #: own SecAgg+ workflow is the secure option there).
 FLOWER_AGGREGATORS = ("simpleavg", "fedavg", "mf-fedavg")
-#: Seconds between the server's polls for replies (Flower's default: 0.1).
-PULL_INTERVAL = 0.01
-#: Environment variables that keep Flower and Ray from reporting usage over the network.
-QUIET_ENV = {
-    "FLWR_TELEMETRY_ENABLED": "0",
-    "RAY_USAGE_STATS_ENABLED": "0",
-    # keep the current behaviour without Ray's FutureWarning about it (no GPUs are used)
-    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
-}
+
+
+@dataclass(frozen=True)
+class FedNCFJob:
+    """What a FedNCF Flower run trains: the data, the configuration, the number of nodes, and
+    where the server writes its result (JSON)."""
+
+    dataset: str
+    data_dir: str | None
+    config: FedNCFConfig
+    num_nodes: int
+    result_path: str
+    secure: bool = False
+    """aggregate with Flower's SecAgg+ workflow (MF-FedAvg only; :mod:`.flower_secagg`)."""
+    secagg_clip: float = 8.0
+    """SecAgg+'s clipping range for the scaled sums (Flower's default)."""
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, job: dict[str, Any]) -> FedNCFJob:
+        from fedrec.agents.ncf import NCFConfig
+
+        values = dict(job["config"])
+        model = dict(values.pop("model"))
+        model["hidden"] = tuple(model["hidden"])
+        config = FedNCFConfig(model=NCFConfig(**model), **values)
+        return cls(
+            dataset=str(job["dataset"]),
+            data_dir=job["data_dir"],
+            config=config,
+            num_nodes=int(job["num_nodes"]),
+            result_path=str(job["result_path"]),
+            secure=bool(job.get("secure", False)),
+            secagg_clip=float(job.get("secagg_clip", 8.0)),
+        )
+
+    @classmethod
+    def of(cls, context: Any) -> FedNCFJob:
+        """The job in a deployment's run configuration."""
+        return cls.from_dict(job_of(context))
+
+
+def check_supported(config: FedNCFConfig, num_nodes: int, secure: bool = False) -> None:
+    """Refuse what a Flower run cannot do, before any process starts."""
+    if secure and config.aggregator.lower() != "mf-fedavg":
+        raise ValueError(
+            f"Flower's SecAgg+ is implemented for MF-FedAvg only, not {config.aggregator!r}"
+        )
+    if config.aggregator.lower() not in FLOWER_AGGREGATORS:
+        raise ValueError(
+            f"aggregator {config.aggregator!r} is not available on Flower; use one of "
+            f"{', '.join(FLOWER_AGGREGATORS)}"
+        )
+    if num_nodes < 1:
+        raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
 
 
 def node_of(users: np.ndarray, num_nodes: int) -> np.ndarray:
@@ -88,39 +146,67 @@ def _shard(dataset: str, data_dir: str | None) -> _Shard:
     return _Shard(dataset, data_dir)
 
 
-def make_client_app(*, dataset: str, data_dir: str | None, config: FedNCFConfig, num_nodes: int):
+def make_client_app(job: FedNCFJob | None = None):
     """The FedNCF ``ClientApp``: ``train`` trains the node's users of a round, ``evaluate``
-    scores the node's users (HR@K, NDCG@K sums)."""
+    scores the node's users (HR@K, NDCG@K sums). Without ``job`` it reads the job from the run
+    configuration (a deployment)."""
     from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
     from flwr.clientapp import ClientApp
 
     app = ClientApp()
 
-    def rows_of(context: Any, shard: _Shard) -> tuple[np.ndarray, np.ndarray]:
+    def rows_of(context: Any, job: FedNCFJob, shard: _Shard) -> tuple[np.ndarray, np.ndarray]:
         """(the node's users, their private rows), initialised from the seeded model."""
         pid = int(context.node_config["partition-id"])
         if "users" not in context.state:
             num_users, num_items = shard.data.num_users, shard.data.num_items
-            own = np.flatnonzero(node_of(np.arange(num_users), num_nodes) == pid)
-            table = _initial_model(config, num_users, num_items).user_table()
+            own = np.flatnonzero(node_of(np.arange(num_users), job.num_nodes) == pid)
+            table = _initial_model(job.config, num_users, num_items).user_table()
             context.state["users"] = ArrayRecord([own, table[torch.from_numpy(own)].numpy()])
         own, rows = context.state["users"].to_numpy_ndarrays()
         return own, rows
 
-    @app.train()
+    @app.train(mods=[secure_mod(lambda context: job or FedNCFJob.of(context))])
     def train(msg: Message, context: Any) -> Message:
-        from fedrec.train.fedncf import sample_round, train_round_batched
-
-        shard, c = _shard(dataset, data_dir), config
+        this = job or FedNCFJob.of(context)
+        if this.secure:  # Flower's SecAgg+ workflow speaks the legacy FitIns / FitRes format
+            return secure_train_reply(msg, context, this, train_shard)
         items, network, users = msg.content["arrays"].to_numpy_ndarrays()
         r = int(msg.content["config"]["round"])
-        own, rows = rows_of(context, shard)
+        updates, examples = train_shard(context, this, items, network, users, r)
+        arrays = ArrayRecord(
+            [
+                np.asarray(updates.clients, np.int64),
+                np.asarray(updates.num_samples, np.int64),
+                updates.network.numpy(),
+                updates.row_client.numpy(),
+                updates.row_item.numpy(),
+                updates.item_rows.numpy(),
+            ]
+        )
+        metrics = MetricRecord({"clients": len(users), "examples": examples})
+        return Message(RecordDict({"arrays": arrays, "metrics": metrics}), reply_to=msg)
+
+    def train_shard(
+        context: Any,
+        this: FedNCFJob,
+        items: np.ndarray,
+        network: np.ndarray,
+        users: np.ndarray,
+        r: int,
+    ) -> tuple[ClientUpdates, int]:
+        """Train the node's users of aggregation round ``r``; their new private rows stay in
+        ``context.state``; returns their uploads and the round's local examples."""
+        from fedrec.train.fedncf import sample_round, train_round_batched
+
+        shard, c = _shard(this.dataset, this.data_dir), this.config
+        own, rows = rows_of(context, this, shard)
         pid = int(context.node_config["partition-id"])
         position = np.searchsorted(own, users)
         if np.any(position >= len(own)) or np.any(own[np.minimum(position, len(own) - 1)] != users):
             raise ValueError(f"node {pid} was sent users it does not host")
         # One node: the in-process stream; several: a stream of the node's own.
-        stream = [c.seed, 3, r] if num_nodes == 1 else [c.seed, 3, r, pid]
+        stream = [c.seed, 3, r] if this.num_nodes == 1 else [c.seed, 3, r, pid]
         samples = sample_round(
             shard.clients,
             users,
@@ -140,46 +226,26 @@ def make_client_app(*, dataset: str, data_dir: str | None, config: FedNCFConfig,
         rows = rows.copy()
         rows[position] = new_rows.numpy()
         context.state["users"] = ArrayRecord([own, rows])
-        arrays = ArrayRecord(
-            [
-                np.asarray(updates.clients, np.int64),
-                np.asarray(updates.num_samples, np.int64),
-                updates.network.numpy(),
-                updates.row_client.numpy(),
-                updates.row_item.numpy(),
-                updates.item_rows.numpy(),
-            ]
-        )
-        metrics = MetricRecord({"clients": len(users), "examples": len(samples.items)})
-        return Message(RecordDict({"arrays": arrays, "metrics": metrics}), reply_to=msg)
+        return updates, len(samples.items)
 
     @app.evaluate()
     def evaluate(msg: Message, context: Any) -> Message:
-        shard = _shard(dataset, data_dir)
+        this = job or FedNCFJob.of(context)
+        shard = _shard(this.dataset, this.data_dir)
         items, network = msg.content["arrays"].to_numpy_ndarrays()
-        own, rows = rows_of(context, shard)
-        hits, ndcg = _score_users(
-            shard, config, dataset=dataset, data_dir=data_dir, own=own, rows=rows,
-            items=items, network=network,
-        )  # fmt: skip
+        own, rows = rows_of(context, this, shard)
+        hits, ndcg = _score_users(shard, this, own=own, rows=rows, items=items, network=network)
         metrics = MetricRecord({"hits": hits, "ndcg": ndcg, "users": len(own)})
         return Message(RecordDict({"metrics": metrics}), reply_to=msg)
 
-    @app.query()
-    def query(msg: Message, context: Any) -> Message:
-        """The node's partition id (the server maps users to nodes with it)."""
-        pid = int(context.node_config["partition-id"])
-        return Message(RecordDict({"metrics": MetricRecord({"partition-id": pid})}), reply_to=msg)
-
+    add_partition_query(app)
     return app
 
 
 def _score_users(
     shard: _Shard,
-    c: FedNCFConfig,
+    job: FedNCFJob,
     *,
-    dataset: str,
-    data_dir: str | None,
     own: np.ndarray,
     rows: np.ndarray,
     items: np.ndarray,
@@ -193,6 +259,7 @@ def _score_users(
     from fedrec.agents.fedncf_agent import NCFRankingAgent
     from fedrec.train.fedncf import env_id_of
 
+    c, dataset, data_dir = job.config, job.dataset, job.data_dir
     num_users, num_items = shard.data.num_users, shard.data.num_items
     model = _initial_model(c, num_users, num_items)
     table = torch.zeros_like(model.user_table())
@@ -215,11 +282,10 @@ def _score_users(
 # The server (ServerApp)
 
 
-def make_server_app(
-    *, dataset: str, data_dir: str | None, config: FedNCFConfig, num_nodes: int, result_path: str
-):
+def make_server_app(job: FedNCFJob | None = None):
     """The FedNCF ``ServerApp``: FedNCF's loop over Flower messages; writes the final HR@K and
-    NDCG@K (federated evaluation) and timings as JSON to ``result_path``."""
+    NDCG@K (federated evaluation) and timings as JSON to the job's ``result_path``. Without
+    ``job`` it reads the job from the run configuration (a deployment)."""
     from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
     from flwr.serverapp import ServerApp
 
@@ -229,7 +295,9 @@ def make_server_app(
     def main(grid: Any, context: Any) -> None:
         from fedrec.envs.datasets.catalog import load_prepared
 
-        data = load_prepared(dataset, data_dir)
+        this = job or FedNCFJob.of(context)
+        config, num_nodes = this.config, this.num_nodes
+        data = load_prepared(this.dataset, this.data_dir)
         num_users, num_items = data.num_users, data.num_items
         model = _initial_model(config, num_users, num_items)
         items, network = model.item_table(), model.network_vector()
@@ -237,18 +305,36 @@ def make_server_app(
         selection = np.random.default_rng([config.seed, 1])
         per_global = config.rounds_per_global(num_users)
         total = config.total_aggregation_rounds(num_users)
-        # The simulation engine's in-memory grid polls for replies every 0.1 s, tuned for rounds
-        # that take seconds; a FedNCF aggregation round takes milliseconds.
-        if hasattr(grid, "pull_interval"):
-            grid.pull_interval = PULL_INTERVAL
-        nodes = _partition_nodes(grid, num_nodes)
+        tune_grid(grid)
+        nodes = partition_nodes(grid, num_nodes)
+        secure = None
+        if this.secure:
+            from fedrec.train.fedncf import ClientData
+
+            clients = ClientData.of(data)
+            secure = SecureAggregation(
+                grid=grid,
+                context=context,
+                nodes=nodes,
+                clients_per_round=config.clients_per_round,
+                # n_k = (1 + negatives) x the client's training positives; the largest one
+                max_samples=int(np.diff(clients.train_indptr).max()) * (1 + config.num_negatives),
+                clip=this.secagg_clip,
+            )
         start = time.perf_counter()
         groups: list[np.ndarray] = []
+        round_seconds: list[float] = []
         for r in range(total):
+            began = time.perf_counter()
             if r % per_global == 0:
                 groups = np.array_split(selection.permutation(num_users), per_global)
             users = np.sort(groups[r % per_global])
             owner = node_of(users, num_nodes)
+            if secure is not None:
+                users_of = {pid: users[owner == pid] for pid in np.unique(owner).tolist()}
+                items, network = secure.round(r, users_of, items, network)
+                round_seconds.append(time.perf_counter() - began)
+                continue
             messages = [
                 Message(
                     RecordDict(
@@ -264,11 +350,12 @@ def make_server_app(
                 )
                 for pid in np.unique(owner).tolist()
             ]
-            replies = _replies(grid, messages)
+            answers = replies(grid, messages)
             updates = _combine(
-                [reply.content["arrays"].to_numpy_ndarrays() for reply in replies], num_items
+                [reply.content["arrays"].to_numpy_ndarrays() for reply in answers], num_items
             )
             items, network = aggregator.aggregate(items=items, network=network, updates=updates)
+            round_seconds.append(time.perf_counter() - began)
         train_seconds = time.perf_counter() - start
         messages = [
             Message(
@@ -278,7 +365,7 @@ def make_server_app(
             )
             for node in nodes.values()
         ]
-        metrics = [reply.content["metrics"] for reply in _replies(grid, messages)]
+        metrics = [reply.content["metrics"] for reply in replies(grid, messages)]
         users_scored = sum(int(m["users"]) for m in metrics)
         result = {
             "hit_rate": sum(float(m["hits"]) for m in metrics) / users_scored,
@@ -286,42 +373,21 @@ def make_server_app(
             "users": users_scored,
             "aggregation_rounds": total,
             "train_seconds": train_seconds,
+            "median_round_seconds": float(np.median(round_seconds)) if round_seconds else 0.0,
             "nodes": num_nodes,
+            "secure": this.secure,
+            "dropped_nodes": secure.dropped if secure is not None else 0,
         }
-        Path(result_path).write_text(json.dumps(result, indent=1))
+        # the final global model, for comparisons (e.g. SecAgg+ against the plain sum)
+        np.savez(this.result_path + ".model.npz", items=items.numpy(), network=network.numpy())
+        Path(this.result_path).write_text(json.dumps(result, indent=1))
 
     return app
 
 
-def _partition_nodes(grid: Any, num_nodes: int, timeout: float = 120.0) -> dict[int, int]:
-    """{partition id: node id}, asking every node for its partition id once all have joined."""
-    from flwr.app import Message, RecordDict
-
-    deadline = time.monotonic() + timeout
-    while len(grid.get_node_ids()) < num_nodes:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"only {len(grid.get_node_ids())} of {num_nodes} nodes joined")
-        time.sleep(0.05)
-    ids = sorted(grid.get_node_ids())
-    probes = [Message(RecordDict(), dst_node_id=node, message_type="query") for node in ids]
-    mapping = {}
-    for reply in _replies(grid, probes):
-        mapping[int(reply.content["metrics"]["partition-id"])] = reply.metadata.src_node_id
-    if sorted(mapping) != list(range(num_nodes)):
-        raise RuntimeError(
-            f"nodes reported partition ids {sorted(mapping)}, not 0..{num_nodes - 1}"
-        )
-    return mapping
-
-
-def _replies(grid: Any, messages: Sequence[Any]) -> list[Any]:
-    replies = list(grid.send_and_receive(messages))
-    failed = [reply for reply in replies if reply.has_error()]
-    if failed:
-        raise RuntimeError(f"a node failed: {failed[0].error.reason}")
-    if len(replies) != len(messages):
-        raise RuntimeError(f"{len(messages) - len(replies)} node(s) did not answer")
-    return replies
+#: The apps ``flwr run`` deploys (they read the job from the run configuration).
+server_app = make_server_app()
+client_app = make_client_app()
 
 
 def _combine(parts: Sequence[Sequence[np.ndarray]], num_items: int) -> ClientUpdates:
@@ -354,40 +420,54 @@ def run_simulation(
     data_dir: str | None = None,
     config: FedNCFConfig | None = None,
     num_nodes: int = 2,
+    secure: bool = False,
     verbose: bool = False,
+    return_model: bool = False,
 ) -> dict[str, Any]:
     """Train FedNCF on Flower's simulation engine (Ray) with ``num_nodes`` SuperNodes; returns
-    the final HR@K / NDCG@K (federated evaluation), the rounds and the training time."""
+    the final HR@K / NDCG@K (federated evaluation), the rounds and the training time.
+    ``secure``: aggregate with Flower's SecAgg+ (:mod:`fedrec.federation.flower_secagg`);
+    ``return_model``: also return the final global ``items`` and ``network`` arrays."""
     config = config or FedNCFConfig()
-    if config.aggregator.lower() not in FLOWER_AGGREGATORS:
-        raise ValueError(
-            f"aggregator {config.aggregator!r} is not available on Flower; use one of "
-            f"{', '.join(FLOWER_AGGREGATORS)}"
-        )
-    if num_nodes < 1:
-        raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
-    os.environ.update(QUIET_ENV)
-    from flwr.simulation import run_simulation as flower_run_simulation
-
+    check_supported(config, num_nodes, secure)
     with tempfile.TemporaryDirectory() as tmp:
-        result_path = str(Path(tmp) / "result.json")
-        server = make_server_app(
-            dataset=dataset,
-            data_dir=data_dir,
-            config=config,
-            num_nodes=num_nodes,
-            result_path=result_path,
-        )
-        client = make_client_app(
-            dataset=dataset, data_dir=data_dir, config=config, num_nodes=num_nodes
-        )
-        flower_run_simulation(
-            server_app=server,
-            client_app=client,
-            num_supernodes=num_nodes,
-            backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0}},
-            verbose_logging=verbose,
-        )
-        if not Path(result_path).is_file():
+        result = str(Path(tmp) / "result.json")
+        job = FedNCFJob(dataset, data_dir, config, num_nodes, result, secure=secure)
+        simulate(make_server_app(job), make_client_app(job), num_nodes=num_nodes, verbose=verbose)
+        if not Path(job.result_path).is_file():
             raise RuntimeError("the Flower run ended without a result (see its log above)")
-        return json.loads(Path(result_path).read_text())
+        answer = json.loads(Path(job.result_path).read_text())
+        if return_model:
+            with np.load(job.result_path + ".model.npz", allow_pickle=False) as model:
+                answer |= {"items": model["items"], "network": model["network"]}
+        return answer
+
+
+def run_deployment(
+    *,
+    dataset: str = "ml-100k",
+    data_dir: str | None = None,
+    config: FedNCFConfig | None = None,
+    num_nodes: int = 2,
+    secure: bool = False,
+    timeout: float = 3600.0,
+    log_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """Train FedNCF on a real Flower deployment on loopback: a SuperLink and ``num_nodes``
+    SuperNodes as separate processes (:func:`fedrec.federation.flower_deploy.deploy`), stopped
+    at the end; returns what :func:`run_simulation` returns."""
+    from fedrec.federation.flower_deploy import deploy
+
+    config = config or FedNCFConfig()
+    check_supported(config, num_nodes, secure)
+    if data_dir is not None:
+        data_dir = str(Path(data_dir).resolve())  # the node processes run elsewhere
+    return deploy(
+        app="fedrec.federation.flower_fedncf",
+        job=lambda result_path: FedNCFJob(
+            dataset, data_dir, config, num_nodes, result_path, secure=secure
+        ).to_json(),
+        num_nodes=num_nodes,
+        timeout=timeout,
+        log_dir=log_dir,
+    )

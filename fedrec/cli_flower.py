@@ -23,30 +23,48 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "the final HR@K / NDCG@K (federated evaluation) and, with --compare, the in-process "
         "run with the same seed.",
     )
-    simulate.add_argument("--dataset", default="ml-100k", help="logged data set (default ml-100k)")
-    simulate.add_argument("--data-dir", help="its folder (default: the fedrec cache)")
-    simulate.add_argument("--model", default="gmf", choices=("gmf", "mlp", "neumf"))
-    simulate.add_argument("--nodes", type=int, default=2, help="Flower nodes (default 2)")
-    simulate.add_argument("--global-rounds", type=int, default=400)
-    simulate.add_argument("--clients-per-round", type=int, default=20)
-    simulate.add_argument(
+    _add_job_arguments(simulate)
+    simulate.set_defaults(handler=run_flower, engine="simulation")
+    deploy = commands.add_parser(
+        "deploy",
+        help="run on a real Flower deployment on loopback (SuperLink + SuperNode processes)",
+        description="Start flower-superlink and --nodes flower-supernode processes on 127.0.0.1, "
+        "run FedNCF on them with `flwr run`, print the result and stop every process (also on "
+        "failure). Each message costs seconds on a deployment (a fresh ClientApp process per "
+        "message): use few, large rounds (e.g. --clients-per-round 943).",
+    )
+    _add_job_arguments(deploy)
+    deploy.add_argument(
+        "--timeout", type=float, default=3600.0, help="seconds before the run is stopped"
+    )
+    deploy.add_argument("--log-dir", help="keep the processes' logs here (default: discarded)")
+    deploy.set_defaults(handler=run_flower, engine="deployment")
+
+
+def _add_job_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", default="ml-100k", help="logged data set (default ml-100k)")
+    parser.add_argument("--data-dir", help="its folder (default: the fedrec cache)")
+    parser.add_argument("--model", default="gmf", choices=("gmf", "mlp", "neumf"))
+    parser.add_argument("--nodes", type=int, default=2, help="Flower nodes (default 2)")
+    parser.add_argument("--global-rounds", type=int, default=400)
+    parser.add_argument("--clients-per-round", type=int, default=20)
+    parser.add_argument(
         "--aggregator", default="mf-fedavg", choices=("simpleavg", "fedavg", "mf-fedavg")
     )
-    simulate.add_argument("--seed", type=int, default=0)
-    simulate.add_argument(
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
         "--compare", action="store_true", help="also train in-process and print both"
     )
-    simulate.add_argument("--json", action="store_true", help="print the result as JSON")
-    simulate.set_defaults(handler=run_simulate)
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def run_simulate(args: argparse.Namespace) -> int:
+def run_flower(args: argparse.Namespace) -> int:
     from fedrec.agents.ncf import NCFConfig
     from fedrec.train.fedncf import FedNCFConfig
 
     if importlib.util.find_spec("flwr") is None:  # pragma: no cover - a test dependency
         raise ValueError("Flower is not installed: pip install 'fedrec[flower]'")
-    from fedrec.federation.flower_fedncf import run_simulation
+    from fedrec.federation import flower_fedncf
 
     config = FedNCFConfig(
         model=NCFConfig(model=args.model),
@@ -57,9 +75,16 @@ def run_simulate(args: argparse.Namespace) -> int:
         eval_every=0,
     )
     start = time.perf_counter()
-    result = run_simulation(
-        dataset=args.dataset, data_dir=args.data_dir, config=config, num_nodes=args.nodes
-    )
+    job = {
+        "dataset": args.dataset,
+        "data_dir": args.data_dir,
+        "config": config,
+        "num_nodes": args.nodes,
+    }
+    if args.engine == "simulation":
+        result = flower_fedncf.run_simulation(**job)
+    else:
+        result = flower_fedncf.run_deployment(**job, timeout=args.timeout, log_dir=args.log_dir)
     result["wall_seconds"] = time.perf_counter() - start
     if args.compare:
         from fedrec.train.fedncf import train_federated
@@ -76,7 +101,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=1))
         return 0
     print(
-        f"Flower, {args.nodes} node(s): HR@10 {result['hit_rate']:.4f}, NDCG@10 "
+        f"Flower {args.engine}, {args.nodes} node(s): HR@10 {result['hit_rate']:.4f}, NDCG@10 "
         f"{result['ndcg']:.4f} over {result['users']} users; {result['aggregation_rounds']} "
         f"aggregation rounds in {result['train_seconds']:.1f} s "
         f"({result['wall_seconds']:.1f} s with the engine's start)"
@@ -84,7 +109,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     if args.compare:
         local = result["in_process"]
         print(
-            f"in-process:          HR@10 {local['hit_rate']:.4f}, NDCG@10 {local['ndcg']:.4f}; "
+            f"in-process: HR@10 {local['hit_rate']:.4f}, NDCG@10 {local['ndcg']:.4f}; "
             f"{local['train_seconds']:.1f} s"
         )
     return 0

@@ -1,8 +1,13 @@
-"""FedNCF on Flower's simulation engine: with one node it is the in-process run exactly; with
-several, each node trains only the users it hosts and the result stays within noise; what a node
-sends is what a FedNCF client uploads (no user embedding)."""
+"""FedNCF on Flower: on the simulation engine and on a real loopback deployment, with one node it
+is the in-process run exactly; with several, each node trains only the users it hosts and the
+result stays within noise; what a node sends is what a FedNCF client uploads (no user embedding);
+Flower's SecAgg+ gives MF-FedAvg's aggregate up to its quantisation; a deployment leaves no
+process behind."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +16,10 @@ import torch
 pytest.importorskip("flwr")
 
 from fedrec.envs.datasets.synthetic import write_ml100k
-from fedrec.federation.flower_fedncf import _combine, node_of, run_simulation
+from fedrec.federation.aggregators import ClientUpdates, MFFedAvg
+from fedrec.federation.flower_deploy import deploy
+from fedrec.federation.flower_fedncf import _combine, node_of, run_deployment, run_simulation
+from fedrec.federation.flower_secagg import mf_fedavg_from_sums, secure_vector
 from fedrec.train.fedncf import FedNCFConfig, train_federated
 
 CONFIG = FedNCFConfig(global_rounds=3, clients_per_round=10, eval_every=0, seed=0)
@@ -63,3 +71,117 @@ def test_unsupported_settings_are_refused(data_dir: str) -> None:
         )
     with pytest.raises(ValueError, match="num_nodes"):
         run_simulation(data_dir=data_dir, config=CONFIG, num_nodes=0)
+    with pytest.raises(ValueError, match="SecAgg\\+ is implemented for MF-FedAvg only"):
+        run_deployment(data_dir=data_dir, config=FedNCFConfig(aggregator="fedavg"), secure=True)
+
+
+def _processes_in(folder: Path) -> list[int]:
+    """Pids of the processes whose working directory is ``folder`` (what deploy started)."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if Path(os.readlink(proc / "cwd")) == folder.resolve():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs Linux /proc")
+def test_loopback_deployment_is_the_in_process_run_and_stops_its_processes(
+    data_dir: str, tmp_path: Path
+) -> None:
+    # every user in one aggregation round: a deployment pays seconds per message
+    config = FedNCFConfig(global_rounds=1, clients_per_round=38, eval_every=0, seed=0)
+    local = train_federated(dataset="ml-100k", data_dir=data_dir, config=config, progress=False)
+    logs = tmp_path / "deploy"
+    result = run_deployment(
+        data_dir=data_dir, config=config, num_nodes=1, timeout=240, log_dir=logs
+    )
+    assert result["users"] == 38 and result["aggregation_rounds"] == 1
+    assert result["hit_rate"] == local.final.hit_rate
+    assert result["ndcg"] == pytest.approx(local.final.ndcg, abs=1e-12)
+    # a SuperLink, a SuperNode and `flwr run` really ran as processes, and all are gone
+    assert {"superlink.log", "supernode0.log", "flwr-run.log"} <= {p.name for p in logs.iterdir()}
+    assert _processes_in(logs) == []
+
+
+@pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs Linux /proc")
+def test_a_failed_deployment_raises_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    logs = tmp_path / "failed"
+    with pytest.raises(RuntimeError, match="without a result"):
+        deploy(
+            app="fedrec.federation.no_such_app",
+            job=lambda result_path: "{}",
+            num_nodes=1,
+            timeout=120,
+            log_dir=logs,
+        )
+    assert _processes_in(logs) == []
+
+
+def _updates(rng: np.random.Generator, clients: int, items: int, width: int) -> ClientUpdates:
+    pairs = [(c, i) for c in range(clients) for i in rng.choice(items, 4, replace=False)]
+    row_client, row_item = (torch.tensor(column) for column in zip(*pairs, strict=True))
+    return ClientUpdates(
+        clients=np.arange(clients),
+        num_samples=rng.integers(5, 50, clients),
+        network=torch.randn(clients, 7),
+        row_client=row_client,
+        row_item=row_item,
+        item_rows=torch.randn(len(pairs), width),
+        num_items=items,
+    )
+
+
+def test_secagg_sums_rebuild_mf_fedavg_and_out_of_range_values_are_refused() -> None:
+    rng = np.random.default_rng(0)
+    nodes = [_updates(rng, clients, 12, 3) for clients in (3, 2)]
+    items = torch.randn(12, 3)
+    scales = {"net_scale": 1 / (5 * 50), "item_scale": 1 / 5}
+    vectors = [secure_vector(u, num_items=12, clip=8.0, **scales) for u in nodes]
+    sums = [a + b for a, b in zip(*vectors, strict=True)]
+    got_items, got_net = mf_fedavg_from_sums(sums, items=items, **scales)
+    want_items, want_net = MFFedAvg().aggregate(
+        items=items, network=torch.zeros(7), updates=_combine_updates(nodes)
+    )
+    assert torch.allclose(got_items, want_items, atol=1e-6)
+    assert torch.allclose(got_net, want_net, atol=1e-6)
+    with pytest.raises(ValueError, match="clipping range"):
+        secure_vector(nodes[0], num_items=12, clip=0.01, **scales)
+
+
+def _combine_updates(parts: list[ClientUpdates]) -> ClientUpdates:
+    return _combine(
+        [
+            [u.clients, u.num_samples, u.network.numpy(), u.row_client.numpy(),
+             u.row_item.numpy(), u.item_rows.numpy()]
+            for u in parts
+        ],
+        num_items=parts[0].num_items,
+    )  # fmt: skip
+
+
+def test_flower_secagg_plus_gives_the_plain_aggregate_up_to_its_quantisation(
+    data_dir: str,
+) -> None:
+    config = FedNCFConfig(aggregation_rounds=1, clients_per_round=10, eval_every=0, seed=0)
+    plain = run_simulation(data_dir=data_dir, config=config, num_nodes=3, return_model=True)
+    secure = run_simulation(
+        data_dir=data_dir, config=config, num_nodes=3, secure=True, return_model=True
+    )
+    assert secure["secure"] and secure["dropped_nodes"] == 0
+    changed = np.abs(plain["items"] - _initial_items(data_dir)).max()
+    error = np.abs(plain["items"] - secure["items"]).max()
+    # SecAgg+ quantises each scaled value to 2 * 8 / 2^30 with 3 nodes: errors below 1e-6 after
+    # unscaling, far below the round's own change of the table
+    assert 0 < error < 1e-5 < changed
+    assert np.abs(plain["network"] - secure["network"]).max() < 1e-5
+
+
+def _initial_items(data_dir: str) -> np.ndarray:
+    from fedrec.envs.datasets.catalog import load_prepared
+    from fedrec.federation.flower_fedncf import _initial_model
+
+    data = load_prepared("ml-100k", data_dir)
+    return _initial_model(FedNCFConfig(seed=0), data.num_users, data.num_items).item_table().numpy()

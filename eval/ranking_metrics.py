@@ -10,7 +10,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import rankdata
 
 
 def hit_rate_at_k(ranks: np.ndarray, k: int) -> float:
@@ -41,6 +40,8 @@ def auc(scores: np.ndarray, labels: np.ndarray) -> float:
     negatives = len(labels) - positives
     if positives == 0 or negatives == 0:
         raise ValueError("AUC needs at least one positive and one negative label")
+    from scipy.stats import rankdata  # here: scipy.stats takes a second to import
+
     ranks = rankdata(scores)  # average ranks for ties
     u = ranks[labels == 1].sum() - positives * (positives + 1) / 2.0
     return float(u / (positives * negatives))

@@ -129,15 +129,47 @@ def _initial_model(config: FedNCFConfig, num_users: int, num_items: int):
 # The node (ClientApp)
 
 
+#: ``synthetic-<U>``: U synthetic users shaped like ML-100K, built in memory in every process
+#: (:func:`fedrec.envs.datasets.synthetic_clients.synthetic_clients`, seed 0); no evaluation.
+SYNTHETIC_PREFIX = "synthetic-"
+
+
 class _Shard:
     """The data a node trains from (the users' private rows live in ``Context.state``)."""
 
     def __init__(self, dataset: str, data_dir: str | None) -> None:
-        from fedrec.envs.datasets.catalog import load_prepared
         from fedrec.train.fedncf import ClientData
 
-        self.data = load_prepared(dataset, data_dir)
-        self.clients = ClientData.of(self.data)
+        if dataset.startswith(SYNTHETIC_PREFIX):
+            from fedrec.envs.datasets.synthetic_clients import synthetic_clients
+
+            self.clients = synthetic_clients(_synthetic_users(dataset), seed=0)
+            self.num_users = len(self.clients.train_indptr) - 1
+        else:
+            from fedrec.envs.datasets.catalog import load_prepared
+
+            data = load_prepared(dataset, data_dir)
+            self.clients = ClientData.of(data)
+            self.num_users = data.num_users
+        self.num_items = self.clients.num_items
+
+
+def _synthetic_users(dataset: str) -> int:
+    users = dataset.removeprefix(SYNTHETIC_PREFIX)
+    if not users.isdigit() or int(users) < 1:
+        raise ValueError(f"a synthetic population is named synthetic-<users>, got {dataset!r}")
+    return int(users)
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set size (``VmHWM``; 0 where ``/proc`` is missing)."""
+    status = Path("/proc/self/status")
+    if not status.is_file():
+        return 0.0
+    for line in status.read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 @functools.cache
@@ -159,7 +191,7 @@ def make_client_app(job: FedNCFJob | None = None):
         """(the node's users, their private rows), initialised from the seeded model."""
         pid = int(context.node_config["partition-id"])
         if "users" not in context.state:
-            num_users, num_items = shard.data.num_users, shard.data.num_items
+            num_users, num_items = shard.num_users, shard.num_items
             own = np.flatnonzero(node_of(np.arange(num_users), job.num_nodes) == pid)
             table = _initial_model(job.config, num_users, num_items).user_table()
             context.state["users"] = ArrayRecord([own, table[torch.from_numpy(own)].numpy()])
@@ -171,6 +203,7 @@ def make_client_app(job: FedNCFJob | None = None):
         this = job or FedNCFJob.of(context)
         if this.secure:  # Flower's SecAgg+ workflow speaks the legacy FitIns / FitRes format
             return secure_train_reply(msg, context, this, train_shard)
+        began = time.perf_counter()
         items, network, users = msg.content["arrays"].to_numpy_ndarrays()
         r = int(msg.content["config"]["round"])
         updates, examples = train_shard(context, this, items, network, users, r)
@@ -184,7 +217,14 @@ def make_client_app(job: FedNCFJob | None = None):
                 updates.item_rows.numpy(),
             ]
         )
-        metrics = MetricRecord({"clients": len(users), "examples": examples})
+        metrics = MetricRecord(
+            {
+                "clients": len(users),
+                "examples": examples,
+                "train-seconds": time.perf_counter() - began,  # data loading included
+                "peak-rss-mib": peak_rss_mib(),
+            }
+        )
         return Message(RecordDict({"arrays": arrays, "metrics": metrics}), reply_to=msg)
 
     def train_shard(
@@ -260,7 +300,7 @@ def _score_users(
     from fedrec.train.fedncf import env_id_of
 
     c, dataset, data_dir = job.config, job.dataset, job.data_dir
-    num_users, num_items = shard.data.num_users, shard.data.num_items
+    num_users, num_items = shard.num_users, shard.num_items
     model = _initial_model(c, num_users, num_items)
     table = torch.zeros_like(model.user_table())
     table[torch.from_numpy(own)] = torch.from_numpy(rows)
@@ -293,12 +333,10 @@ def make_server_app(job: FedNCFJob | None = None):
 
     @app.main()
     def main(grid: Any, context: Any) -> None:
-        from fedrec.envs.datasets.catalog import load_prepared
-
         this = job or FedNCFJob.of(context)
         config, num_nodes = this.config, this.num_nodes
-        data = load_prepared(this.dataset, this.data_dir)
-        num_users, num_items = data.num_users, data.num_items
+        shard = _shard(this.dataset, this.data_dir)
+        num_users, num_items = shard.num_users, shard.num_items
         model = _initial_model(config, num_users, num_items)
         items, network = model.item_table(), model.network_vector()
         aggregator = make_aggregator(config.aggregator)
@@ -309,9 +347,7 @@ def make_server_app(job: FedNCFJob | None = None):
         nodes = partition_nodes(grid, num_nodes)
         secure = None
         if this.secure:
-            from fedrec.train.fedncf import ClientData
-
-            clients = ClientData.of(data)
+            clients = shard.clients
             secure = SecureAggregation(
                 grid=grid,
                 context=context,
@@ -324,6 +360,8 @@ def make_server_app(job: FedNCFJob | None = None):
         start = time.perf_counter()
         groups: list[np.ndarray] = []
         round_seconds: list[float] = []
+        node_seconds: list[float] = []  # per round: the slowest node's training time
+        node_rss = 0.0
         for r in range(total):
             began = time.perf_counter()
             if r % per_global == 0:
@@ -351,29 +389,40 @@ def make_server_app(job: FedNCFJob | None = None):
                 for pid in np.unique(owner).tolist()
             ]
             answers = replies(grid, messages)
+            node_metrics = [reply.content["metrics"] for reply in answers]
+            node_seconds.append(max(float(m["train-seconds"]) for m in node_metrics))
+            node_rss = max([node_rss, *(float(m["peak-rss-mib"]) for m in node_metrics)])
             updates = _combine(
                 [reply.content["arrays"].to_numpy_ndarrays() for reply in answers], num_items
             )
             items, network = aggregator.aggregate(items=items, network=network, updates=updates)
             round_seconds.append(time.perf_counter() - began)
         train_seconds = time.perf_counter() - start
-        messages = [
-            Message(
-                RecordDict({"arrays": ArrayRecord([items.numpy(), network.numpy()])}),
-                dst_node_id=node,
-                message_type="evaluate",
-            )
-            for node in nodes.values()
-        ]
-        metrics = [reply.content["metrics"] for reply in replies(grid, messages)]
-        users_scored = sum(int(m["users"]) for m in metrics)
-        result = {
-            "hit_rate": sum(float(m["hits"]) for m in metrics) / users_scored,
-            "ndcg": sum(float(m["ndcg"]) for m in metrics) / users_scored,
-            "users": users_scored,
+        result: dict[str, Any] = {"hit_rate": None, "ndcg": None, "users": 0}
+        if not this.dataset.startswith(SYNTHETIC_PREFIX):  # synthetic users have no test data
+            messages = [
+                Message(
+                    RecordDict({"arrays": ArrayRecord([items.numpy(), network.numpy()])}),
+                    dst_node_id=node,
+                    message_type="evaluate",
+                )
+                for node in nodes.values()
+            ]
+            metrics = [reply.content["metrics"] for reply in replies(grid, messages)]
+            users_scored = sum(int(m["users"]) for m in metrics)
+            result = {
+                "hit_rate": sum(float(m["hits"]) for m in metrics) / users_scored,
+                "ndcg": sum(float(m["ndcg"]) for m in metrics) / users_scored,
+                "users": users_scored,
+            }
+        result |= {
             "aggregation_rounds": total,
             "train_seconds": train_seconds,
+            "round_seconds": round_seconds,
             "median_round_seconds": float(np.median(round_seconds)) if round_seconds else 0.0,
+            "median_node_seconds": float(np.median(node_seconds)) if node_seconds else 0.0,
+            "node_peak_rss_mib": node_rss,
+            "server_peak_rss_mib": peak_rss_mib(),
             "nodes": num_nodes,
             "secure": this.secure,
             "dropped_nodes": secure.dropped if secure is not None else 0,

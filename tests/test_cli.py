@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -73,3 +75,42 @@ def test_the_demo_writes_only_git_ignored_files() -> None:
         ["git", "check-ignore", "-q", str(probe)], cwd=root, check=False
     ).returncode
     assert ignored == 0, f"{out} is not git-ignored: make demo would dirty the repository"
+
+
+#: A fenced block of a Markdown page: its language tag and its text.
+FENCE = re.compile(
+    r"^(?P<indent>[ \t]*)```(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)^(?P=indent)```", re.M | re.S
+)
+
+
+def _printed_commands() -> list[tuple[str, str]]:
+    """(page, command) for every `fedrec ...` line of a bash block in the README and docs/."""
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for page in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for block in FENCE.finditer(page.read_text()):
+            if block["lang"] not in ("bash", "sh"):
+                continue
+            for line in block["body"].replace("\\\n", " ").splitlines():
+                line = line.strip()
+                if line.startswith("fedrec "):
+                    # the command itself, without a trailing comment, pipe or redirection
+                    command = re.split(r"\s(?:#|&&|\||>)", line)[0]
+                    found.append((page.name, command))
+    return found
+
+
+def test_every_printed_fedrec_command_parses() -> None:
+    """A command the README or docs print is accepted by the CLI as printed (flags, choices,
+    subcommands); the long runs themselves are not repeated here."""
+    from fedrec.cli import build_parser
+
+    commands = _printed_commands()
+    assert len(commands) > 20
+    wrong = []
+    for page, command in commands:
+        try:
+            build_parser().parse_args(shlex.split(command)[1:])
+        except SystemExit:
+            wrong.append(f"{page}: {command}")
+    assert not wrong, "commands the CLI refuses:\n" + "\n".join(wrong)

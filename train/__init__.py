@@ -2,14 +2,33 @@
 
 :func:`train` trains a single-platform agent, :func:`train_multi_platform` a multi-platform one;
 FedNCF's federated training is :func:`fedrec.train.fedncf.train_federated`.
+
+The names below are imported on first use (PEP 562), so that importing one submodule (e.g.
+``fedrec.train.fedncf`` in a Flower node, which starts a fresh process per message) does not
+pay for the loops' imports (SciPy's statistics among them).
 """
 
-from fedrec.train.loop import TrainConfig, TrainResult, train
-from fedrec.train.multi_platform import (
-    MultiPlatformResult,
-    MultiPlatformTrainConfig,
-    train_multi_platform,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fedrec.train.loop import TrainConfig, TrainResult, train
+    from fedrec.train.multi_platform import (
+        MultiPlatformResult,
+        MultiPlatformTrainConfig,
+        train_multi_platform,
+    )
+
+_WHERE = {
+    "TrainConfig": "fedrec.train.loop",
+    "TrainResult": "fedrec.train.loop",
+    "train": "fedrec.train.loop",
+    "MultiPlatformResult": "fedrec.train.multi_platform",
+    "MultiPlatformTrainConfig": "fedrec.train.multi_platform",
+    "train_multi_platform": "fedrec.train.multi_platform",
+}
 
 __all__ = [
     "MultiPlatformResult",
@@ -19,3 +38,11 @@ __all__ = [
     "train",
     "train_multi_platform",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'fedrec.train' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,196 @@
+"""FEL on Flower: with one node it is the in-process ``train_federated`` bit for bit; the round's
+pieces (selection, a node's batched local training, combining nodes' uploads, the server step)
+reproduce the in-process round; unsupported settings are refused before any process starts; and
+a small loopback deployment with two nodes trains only the users each node hosts."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("flwr")
+
+from fedrec.envs.datasets.taobao_synthetic import write_taobao_groups
+from fedrec.federation.flower_fel import (
+    FELClustering,
+    FELJob,
+    Uploads,
+    aggregate,
+    combine_uploads,
+    digest,
+    local_round,
+    node_of,
+    noise_multiplier_of,
+    run_deployment,
+    run_simulation,
+    select_clients,
+    train_rows_of,
+)
+from fedrec.train.fel import (
+    DPConfig,
+    FedConfig,
+    LeafConfig,
+    client_schedules,
+    ensemble_aucs,
+    flatten,
+    init_params,
+    train_federated,
+)
+from fedrec.train.fel_data import ClickData, click_data_from_taobao
+
+CLUSTERING = FELClustering("feature", features=("final_gender_code", "age_level"))
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("flower-fel")
+    return str(write_taobao_groups(path, num_users=300, num_ads=100, ctr=0.1, seed=0))
+
+
+@pytest.fixture(scope="module")
+def data(folder: str) -> ClickData:
+    return click_data_from_taobao(folder)
+
+
+def test_one_node_is_the_in_process_run_bit_for_bit(folder: str, data: ClickData) -> None:
+    # without DP, with the fill of empty clusters: selection, fills and schedules share the
+    # server's generator, which the one node continues
+    config = FedConfig(rounds=4, sample_rate=0.2, seed=1)
+    local = train_federated(data, CLUSTERING.assign(data), config)
+    scores, _ = ensemble_aucs(data, local, over_arch_iterations=20, seed=config.seed)
+    one = run_simulation(
+        data="taobao-synthetic",
+        data_dir=folder,
+        clustering=CLUSTERING,
+        config=config,
+        num_nodes=1,
+        over_arch_iterations=20,
+    )
+    assert one["leaves_sha256"] == digest(flatten(local.params))
+    assert one["auc"] == scores and one["client_updates"] == local.client_updates
+    assert one["loss_history"] == local.loss_history
+    assert one["num_clusters"] == 15 and one["epsilon"] is None
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        FedConfig(rounds=1, sample_rate=0.2, seed=0),
+        FedConfig(
+            rounds=1, sample_rate=0.2, seed=0, dp=DPConfig(clip_norm=0.5, noise_multiplier=1)
+        ),
+        FedConfig(rounds=1, sample_rate=0.3, seed=2, local_epochs=2, leaf=LeafConfig(hidden=4)),
+    ],
+    ids=["fedavg", "dp-fedavg", "mlp-leaves"],
+)
+def test_two_nodes_round_is_the_in_process_round(data: ClickData, config: FedConfig) -> None:
+    assignment = CLUSTERING.assign(data)
+    k = int(assignment.max()) + 1
+    reference = flatten(train_federated(data, assignment, config).params)
+    # the server's side of round 0, then the in-process schedules of every chosen user
+    rows = train_rows_of(data)
+    rng = np.random.default_rng(config.seed)
+    clients = select_clients(rng, assignment, np.array([len(r) > 0 for r in rows]), config)
+    index, mask = client_schedules(data, clients, rows, config, rng)
+    flat = flatten(init_params(data, config.leaf, k, config.seed))
+    denominator = torch.as_tensor(config.sample_rate * np.bincount(assignment), dtype=torch.float32)
+
+    def server_step(uploads: Uploads) -> torch.Tensor:
+        return aggregate(
+            flat,
+            uploads,
+            assignment,
+            config,
+            noise_multiplier=noise_multiplier_of(config),
+            denominator=denominator,
+            generator=torch.Generator().manual_seed(config.seed + 1),
+        )
+
+    def node(users: np.ndarray, take: np.ndarray) -> Uploads:
+        needed, which = np.unique(assignment[users], return_inverse=True)  # its users' leaves
+        steps = int(mask[take].any(axis=2).sum(1).max())
+        return local_round(
+            data,
+            train_rows=rows,
+            users=users,
+            leaves=flat[torch.from_numpy(needed)].numpy(),
+            which=which,
+            index=index[take, :steps],
+            mask=mask[take, :steps],
+            config=config,
+        )
+
+    # one node training every chosen user: the in-process round, bit for bit
+    assert torch.equal(server_step(node(clients, np.ones(len(clients), bool))), reference)
+    # two nodes, each training only the users it hosts
+    parts = [node(clients[node_of(clients, 2) == p], node_of(clients, 2) == p) for p in (0, 1)]
+    assert all(np.all(node_of(part.clients, 2) == p) for p, part in enumerate(parts))
+    combined = combine_uploads(parts)
+    assert combined.clients.tolist() == clients.tolist()  # back in the in-process order
+    swapped = combine_uploads(parts[::-1])
+    assert torch.equal(swapped.deltas, combined.deltas) and swapped.first_loss == pytest.approx(
+        combined.first_loss, abs=1e-12
+    )
+    # smaller batches of the same clients round differently in float32, nothing more
+    torch.testing.assert_close(server_step(combined), reference, rtol=0, atol=1e-6)
+
+
+def test_the_job_round_trips_through_json() -> None:
+    dp = DPConfig(clip_norm=0.5, target_epsilon=2.0, delta=1e-6)
+    config = FedConfig(leaf=LeafConfig(hidden=16), rounds=7, sample_rate=0.1 / 3, dp=dp, seed=4)
+    job = FELJob(
+        data="taobao-synthetic",
+        data_dir="/tmp/x",
+        clustering=FELClustering("kmeans", num_clusters=6, features=("age_level",), seed=2),
+        config=config,
+        num_nodes=3,
+        result_path="/tmp/result.json",
+        baseline=True,
+        opt_in_fraction=0.25,
+    )
+    assert FELJob.from_dict(json.loads(job.to_json())) == job
+    plain = dataclasses.replace(job, config=FedConfig(), clustering=CLUSTERING)
+    assert FELJob.from_dict(json.loads(plain.to_json())) == plain
+
+
+def test_unsupported_settings_are_refused(folder: str) -> None:
+    refused = {
+        "num_nodes": dict(num_nodes=0),
+        "data must be one of": dict(data="criteo"),
+        "needs data_dir": dict(data="taobao", data_dir=None),
+        "clustering method": dict(clustering=FELClustering("spectral")),
+        "needs num_clusters": dict(clustering=FELClustering("random")),
+        "sample_rate": dict(config=FedConfig(sample_rate=0.0)),
+        "local_epochs": dict(config=FedConfig(local_epochs=0)),
+        "exactly one of": dict(config=FedConfig(dp=DPConfig())),
+        "opt_in_fraction": dict(opt_in_fraction=2.0),
+    }
+    for match, settings in refused.items():
+        for runner in (run_simulation, run_deployment):
+            with pytest.raises(ValueError, match=match):
+                runner(**({"data": "taobao-synthetic", "data_dir": folder} | settings))
+    with pytest.raises(ValueError, match="'zodiac'] are not public features"):  # in the data
+        run_simulation(data_dir=folder, clustering=FELClustering("feature", features=("zodiac",)))
+
+
+def test_a_loopback_deployment_with_two_nodes(folder: str, data: ClickData) -> None:
+    config = FedConfig(rounds=1, sample_rate=0.2, seed=0)
+    local = train_federated(data, CLUSTERING.assign(data), config)
+    result = run_deployment(
+        data="taobao-synthetic",
+        data_dir=folder,
+        clustering=CLUSTERING,
+        config=config,
+        num_nodes=2,
+        over_arch_iterations=10,
+        timeout=600,
+    )
+    # a node sent users it does not host fails the run; the first selection is the server's
+    assert result["nodes"] == 2 and result["client_updates"] == local.client_updates
+    assert result["loss_history"][0] == pytest.approx(local.loss_history[0], abs=1e-6)
+    scores, _ = ensemble_aucs(data, local, over_arch_iterations=10, seed=0)
+    assert abs(result["auc"]["route"] - scores["route"]) < 0.05

@@ -1,8 +1,11 @@
 """FedNCF on Flower: the server and the clients as a Flower ``ServerApp`` and ``ClientApp``.
 
 Everything federated in fedrec otherwise runs in one Python process. Here the same FedNCF
-training runs on Flower's Message API, so the parties can live in separate processes (today on
-Flower's simulation engine, :func:`run_simulation`; the same apps are what ``flwr run`` deploys):
+training runs on Flower's Message API, so the parties live in separate processes: on Flower's
+simulation engine (:func:`run_simulation`) or on a real deployment of a SuperLink and SuperNodes
+that :func:`run_deployment` starts on loopback (:mod:`fedrec.federation.flower_deploy`); the
+module's ``server_app`` and ``client_app`` are what ``flwr run`` deploys, and they read the job
+from the run configuration (:mod:`fedrec.federation.flower_common`):
 
 - **Nodes.** Each Flower node (SuperNode) hosts a shard of the users: user ``u`` lives on the node
   with partition id ``u % num_nodes``. A node keeps its users' private embeddings in its
@@ -14,7 +17,8 @@ Flower's simulation engine, :func:`run_simulation`; the same apps are what ``flw
   in-process trainer (a permutation of all users per global round, split into aggregation
   rounds), one ``train`` message per node with users in the round (the global item table, the
   network and that node's users), and fedrec's own aggregators on the concatenated uploads
-  (SimpleAvg, FedAvg, MF-FedAvg). Evaluation is federated too: every node scores HR@K / NDCG@K of
+  (SimpleAvg, FedAvg, MF-FedAvg), or, with ``secure``, MF-FedAvg through Flower's SecAgg+ workflow
+  (:mod:`fedrec.federation.flower_secagg`). Evaluation is federated too: every node scores HR@K / NDCG@K of
   its own users with the global model and its private rows and returns only the sums.
 - **Parity.** With one node the run is the in-process run (the same samples, the same batched
   arithmetic). With several, each node draws its own users' negatives from its own stream

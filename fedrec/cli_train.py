@@ -131,6 +131,13 @@ def build_parser(
         help="env keyword argument, repeatable, e.g. --env-kwarg num_candidates=100",
     )  # fmt: skip
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument(
+        "--parties",
+        choices=("in-process", "processes"),
+        default="in-process",
+        help="FedSlate's federated methods: run the server and each platform in its own process, "
+        "messages over gRPC on loopback (same results; default in-process)",
+    )
     if agent_cls is not None:
         group = parser.add_argument_group(f"{agent_name} hyperparameters")
         hints = typing.get_type_hints(agent_cls.Config)
@@ -197,6 +204,15 @@ def run(args: argparse.Namespace) -> int:
         if not isinstance(saved_agent, dict):
             raise ValueError(f"--resume: {out / 'config.json'}: agent_config is not an object")
         agent_config = config_from_json(agent_cls, saved_agent)
+    if parsed.parties != "in-process":
+        from fedrec.agents.fedslate import FedSlateAgent
+
+        if not (multi and issubclass(agent_cls, FedSlateAgent) and agent_config.federated):
+            raise ValueError(
+                f"--parties {parsed.parties}: only FedSlate's federated methods (fedslate, "
+                f"fedslate_exp, fedq and their variants) run their parties in processes, "
+                f"not {args.agent!r}"
+            )
     if multi:
         return _train_multi_platform(args.agent, agent_cls, agent_config, parsed, out)
     return _train_slate(args.agent, agent_cls, agent_config, parsed, out)
@@ -276,10 +292,18 @@ def _train_multi_platform(
         env_id=parsed.env,
     )
 
-    def factory(env: Any) -> Any:
-        return agent_cls.from_env(env, config=agent_config, seed=parsed.seed)
+    built: list[Any] = []
+    remote = {"parties": parsed.parties} if parsed.parties != "in-process" else {}
 
-    result = train_multi_platform(config, out_dir=out, resume=parsed.resume, agent=factory)
+    def factory(env: Any) -> Any:
+        built.append(agent_cls.from_env(env, config=agent_config, seed=parsed.seed, **remote))
+        return built[-1]
+
+    try:
+        result = train_multi_platform(config, out_dir=out, resume=parsed.resume, agent=factory)
+    finally:
+        for agent in built:  # stops the party processes of --parties processes
+            getattr(agent, "close", lambda: None)()
     episodes = len(next(iter(result.returns.values())))
     means = ", ".join(f"{p} {v[-100:].mean():.1f}" for p, v in result.returns.items())
     print(

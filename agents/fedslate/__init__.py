@@ -8,7 +8,9 @@ platform k's federated item values Q~_k. A platform serves the SlateQ greedy sla
 through :class:`fedrec.federation.channel.Channel` (validated and counted); the parties are
 separate objects (:class:`Platform`, :class:`FederatedServer`) that hold no reference to each
 other, so no party can read another's data, rewards or parameters. The protocol (who sends what,
-when) is in :class:`FedSlateAgent` and ``docs/fedslate.md``.
+when) is in :class:`FedSlateAgent` and ``docs/fedslate.md``. With ``parties="processes"`` the
+server and each platform run in their own OS process and the messages travel over gRPC on
+loopback, with the same results and traffic (``agents/fedslate/remote.py``).
 
 Methods (``FedSlateConfig.method``):
 

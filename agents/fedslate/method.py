@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -18,6 +18,8 @@ from fedrec.federation.messages import PrivacyViolation
 
 #: |item value| at or above this counts as saturated at a tanh head's bound of 1.
 SATURATION = 0.99
+#: Where the parties run: objects in this process, or one OS process each (gRPC on loopback).
+PARTIES = ("in-process", "processes")
 
 
 class FedSlateAgent(MultiPlatformAgent):
@@ -30,6 +32,10 @@ class FedSlateAgent(MultiPlatformAgent):
 
     :param platforms: platform names in env order; ``feedback`` says which observe responses.
     :param state_dims: each platform's state size (:func:`platform_state`).
+    :param parties: ``"in-process"`` (default) or ``"processes"``: the server and every platform
+        in its own OS process, messages over gRPC on loopback, the same results and traffic
+        (``agents/fedslate/remote.py``; federated methods only). Stop them with :meth:`close`
+        or a ``with`` block.
     """
 
     Config = FedSlateConfig
@@ -44,8 +50,18 @@ class FedSlateAgent(MultiPlatformAgent):
         config: FedSlateConfig | None = None,
         seed: int = 0,
         transport: Transport | None = None,
+        parties: Literal["in-process", "processes"] = "in-process",
     ) -> None:
         config = config if config is not None else FedSlateConfig()
+        if parties not in PARTIES:
+            raise ValueError(f"parties must be one of {PARTIES}, got {parties!r}")
+        if parties == "processes" and not config.federated:
+            raise ValueError(
+                f"parties='processes' needs a federated method; {config.method!r} sends nothing "
+                "between parties"
+            )
+        if parties == "processes" and transport is not None:
+            raise ValueError("parties='processes' brings its own transport (gRPC); drop transport")
         super().__init__(
             platforms=platforms, feedback=feedback, params=params, config=config, seed=seed
         )
@@ -56,31 +72,47 @@ class FedSlateAgent(MultiPlatformAgent):
         if config.federated and self.silent_platforms and not self.feedback_platforms:
             raise ValueError("a platform without feedback needs a feedback platform's label")
         seeds = np.random.SeedSequence(seed).generate_state(len(self.names) + 1)
-        if config.federated:
-            self.make_channel(transport)
-        self.platforms = {
-            name: Platform(
-                name,
-                feedback=self.feedback[name],
-                state_dim=int(state_dims[name]),
+        #: the party processes (``parties="processes"``), else None
+        self.remote = None
+        if parties == "processes":
+            from fedrec.agents.fedslate.remote import RemoteParties
+
+            self.remote = RemoteParties(
+                platforms=self.names,
+                feedback=self.feedback,
+                state_dims=state_dims,
                 params=params,
                 config=config,
-                channel=self.channel,
-                seed=int(seeds[i]),
+                seeds=[int(s) for s in seeds],
             )
-            for i, name in enumerate(self.names)
-        }
-        self.server = (
-            FederatedServer(
-                self.names,
-                num_candidates=params.num_candidates,
-                config=config,
-                channel=self.channel,
-                seed=int(seeds[-1]),
+            self.channel, self.server = self.remote.channel, self.remote.server
+            self.platforms = self.remote.platforms
+        else:
+            if config.federated:
+                self.make_channel(transport)
+            self.platforms = {
+                name: Platform(
+                    name,
+                    feedback=self.feedback[name],
+                    state_dim=int(state_dims[name]),
+                    params=params,
+                    config=config,
+                    channel=self.channel,
+                    seed=int(seeds[i]),
+                )
+                for i, name in enumerate(self.names)
+            }
+            self.server = (
+                FederatedServer(
+                    self.names,
+                    num_candidates=params.num_candidates,
+                    config=config,
+                    channel=self.channel,
+                    seed=int(seeds[-1]),
+                )
+                if config.federated
+                else None
             )
-            if config.federated
-            else None
-        )
         #: the label each platform without feedback learns from (the first feedback platform)
         self.label_source = self.feedback_platforms[0] if self.feedback_platforms else None
         self.transitions_seen = 0
@@ -111,6 +143,17 @@ class FedSlateAgent(MultiPlatformAgent):
             seed=seed,
             **kwargs,
         )
+
+    def close(self) -> None:
+        """Stop the party processes (``parties="processes"``; otherwise nothing to do)."""
+        if self.remote is not None:
+            self.remote.close()
+
+    def __enter__(self) -> FedSlateAgent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ------------------------------------------------------------------ schedule
     @property

@@ -45,7 +45,7 @@ traced, but they are O(items) here, and tracemalloc's overhead is why that round
 ``--in-process`` (for tests) runs all points in this process (the high-water mark is still
 reset after each data build); its RSS figures then include whatever the process already held.
 
-**Global rounds.** ``ceil(U / c) x median`` is how ``benchmarks/fedncf_speed.py`` extrapolates;
+**Global rounds.** ``ceil(U / c) x median`` is how ``benchmarks/fedncf_speed.py`` extrapolates FedNeuMF;
 with few clients per round the timed rounds' work varies a lot (long-tailed user activity), so the
 table also gives the *work-scaled* estimate, s per example x the examples of a whole global round
 (every user once), which is the better one wherever time is linear in the work.

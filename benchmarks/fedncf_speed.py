@@ -1,23 +1,47 @@
-"""Speed of the batched FedNCF client simulation against the per-client reference loop.
+"""Speed of in-process FedNCF training (the batched client simulation), one process.
 
 Usage: ``python benchmarks/fedncf_speed.py [--dataset ml-100k] [--models gmf neumf]
-[--rounds 12] [--repeats 3] [--clients-per-round 20]``.
+[--full gmf] [--runs 3] [--global-rounds 400] [--measure-rounds 10] [--profile-rounds 2]
+[--threads 1 2] [--reference-rounds 0] [--out results/fedncf]``.
 
-For each model it trains the same ``--rounds`` aggregation rounds (same clients, same local
-examples, MF-FedAvg) with :func:`train_round_batched` and :func:`train_round_reference`, times the
-client simulation (sampling included, evaluation excluded), repeats ``--repeats`` times and prints
-a Markdown table: median seconds per aggregation round (min-max), the speed-up, and both
-extrapolated to 400 global rounds (400 x ceil(U / c) aggregation rounds). It also checks that the
-two simulations produced the same global model (max |difference|).
+Every run is :func:`fedrec.train.fedncf.train_federated`'s setting (MF-FedAvg, 20 clients per
+aggregation round, fresh client optimisers, seed 0), evaluated only at the end. For each model:
+
+* **400 global rounds.** A model named in ``--full`` trains all ``--global-rounds`` global rounds,
+  ``--runs`` times. Any other model trains ``--measure-rounds`` global rounds ``--runs`` times and
+  its time is reported per global round x ``--global-rounds`` ("extrapolated"). The time is the
+  trainer's training time (sampling, client simulation, aggregation; the evaluation excluded),
+  reported as the median of the runs with the min-max range. A full run also gives its wall time,
+  final HR@10/NDCG@10 (equal in every run: training is deterministic).
+* **Profile.** ``--profile-rounds`` global rounds with the pieces of an aggregation round timed
+  (wrappers around the functions, nothing else changed): local sampling (``sample_round``), the
+  round's batch plan, the clients' forward and backward passes, the rest of the client simulation
+  (row gathers and Adam), the server's aggregation, and the trainer's own work; in milliseconds
+  per aggregation round. Then cProfile's top functions by own time over the same rounds.
+* **Threads.** Training time per global round with each ``--threads`` torch thread count (torch
+  runs the aggregation and the evaluation; the clients run in NumPy on OMP_NUM_THREADS threads).
+
+``--reference-rounds N`` adds the batched simulation against the per-client reference loop over
+N aggregation rounds (seconds per round, speed-up, max difference of the trained models).
+
+The load average (``os.getloadavg``) is recorded around every measurement: the machine is
+shared, so the times are only comparable at similar loads. Writes ``speed.md`` and ``speed.json``
+to ``--out`` (nothing with ``--out ''``) and prints the Markdown.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import cProfile
+import io
+import json
 import os
+import platform
+import pstats
 import statistics
 import time
+from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -27,13 +51,119 @@ import torch
 from fedrec.agents.ncf import NCF, NCFConfig
 from fedrec.envs.datasets.catalog import load_prepared
 from fedrec.federation.aggregators import MFFedAvg
+from fedrec.train import fedncf
 from fedrec.train.fedncf import (
     ClientData,
+    FedNCFConfig,
+    FedNCFTrainer,
     round_rng,
     sample_round,
     train_round_batched,
     train_round_reference,
 )
+
+
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+def trainer(dataset: str, data_dir: str | None, model: str, rounds: int, threads: int) -> Any:
+    config = FedNCFConfig(model=NCFConfig(model=model), global_rounds=rounds, eval_every=0)
+    run = FedNCFTrainer(dataset=dataset, config=config, data_dir=data_dir, progress=False)
+    run.torch_threads = threads  # Trainer.run sets it (1 by default)
+    return run
+
+
+def timed_run(dataset: str, data_dir: str | None, model: str, rounds: int, threads: int) -> dict:
+    """One training run of ``rounds`` global rounds: its times, final metrics and loads."""
+    run = trainer(dataset, data_dir, model, rounds, threads)
+    before, start = load(), time.perf_counter()
+    run.run()
+    wall = time.perf_counter() - start
+    final = run.history[-1]
+    return {
+        "train_seconds": run.train_seconds,
+        "wall_seconds": wall,
+        "hit_rate": final.hit_rate,
+        "ndcg": final.ndcg,
+        "load": [round(before, 2), round(load(), 2)],
+    }
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def profile(dataset: str, data_dir: str | None, model: str, rounds: int) -> dict:
+    """Milliseconds per aggregation round of each piece, and cProfile's top functions."""
+    # one global round more than is stepped, so that no evaluation runs
+    run = trainer(dataset, data_dir, model, rounds + 1, 1)
+    steps = rounds * run.per_global
+    torch.set_num_threads(1)
+    spent: dict[str, float] = dict.fromkeys(
+        ("sampling", "planning", "forward+backward", "training", "aggregation"), 0.0
+    )
+
+    def wrap(name: str, function: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[name] += time.perf_counter() - start
+
+        return timed
+
+    engine = run.extra["engine"]
+    originals = (fedncf.sample_round, fedncf._plan_round, engine.gradients)
+    fedncf.sample_round = wrap("sampling", fedncf.sample_round)
+    fedncf._plan_round = wrap("planning", fedncf._plan_round)
+    engine.gradients = wrap("forward+backward", engine.gradients)
+    run.train_round = wrap("training", run.train_round)
+    run.aggregator.aggregate = wrap("aggregation", run.aggregator.aggregate)
+    before, start = load(), time.perf_counter()
+    try:
+        for _ in range(steps):
+            run.step()
+    finally:
+        fedncf.sample_round, fedncf._plan_round, engine.gradients = originals
+    total = time.perf_counter() - start
+    n = steps
+    parts = {
+        "sampling (sample_round)": spent["sampling"],
+        "batch plan (_plan_round)": spent["planning"],
+        "forward + backward": spent["forward+backward"],
+        "row gathers + Adam (rest of train_round_batched)": spent["training"]
+        - spent["planning"]
+        - spent["forward+backward"],
+        "aggregation": spent["aggregation"],
+        "trainer (selection, user store, bookkeeping)": total
+        - spent["training"]
+        - spent["sampling"]
+        - spent["aggregation"],
+    }
+    # cProfile over the same number of rounds of a fresh run (its overhead inflates small calls)
+    run = trainer(dataset, data_dir, model, rounds + 1, 1)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(steps):
+        run.step()
+    profiler.disable()
+    stats = pstats.Stats(profiler, stream=io.StringIO()).sort_stats("tottime")
+    top = []
+    for (file, line, name), (_, calls, own, cumulative, _) in list(stats.stats.items()):
+        top.append((own, cumulative, calls, f"{Path(file).name}:{line}({name})"))
+    top.sort(reverse=True)
+    return {
+        "aggregation_rounds": n,
+        "ms_per_round": {k: 1e3 * v / n for k, v in parts.items()},
+        "total_ms_per_round": 1e3 * total / n,
+        "load": [round(before, 2), round(load(), 2)],
+        "cprofile_top": [
+            {"function": f, "calls_per_round": c / n, "own_ms": 1e3 * o / n, "cum_ms": 1e3 * u / n}
+            for o, u, c, f in top[:12]
+        ],
+    }
 
 
 def simulate(
@@ -71,54 +201,201 @@ def simulate(
     return elapsed, torch.cat([items.reshape(-1), network, users_store.reshape(-1)])
 
 
+def reference(args: argparse.Namespace, model: str) -> dict:
+    torch.set_num_threads(1)
+    data = load_prepared(args.dataset, args.data_dir)
+    clients = ClientData.of(data)
+    times: dict[str, list[float]] = {"batched": [], "reference": []}
+    finals = {}
+    for _ in range(args.runs):
+        for simulation in times:
+            seconds, finals[simulation] = simulate(
+                model,
+                simulation,
+                data=data,
+                clients=clients,
+                rounds=args.reference_rounds,
+                c=20,
+                seed=0,
+            )
+            times[simulation].append(seconds / args.reference_rounds)
+    return {
+        **{k: spread(v) for k, v in times.items()},
+        "max_abs_diff": float((finals["batched"] - finals["reference"]).abs().max()),
+    }
+
+
+def markdown(report: dict) -> str:
+    cfg = report["config"]
+    lines = [
+        f"# FedNCF training speed ({cfg['dataset']}, one process)",
+        "",
+        f"Machine: {report['machine']}. OMP_NUM_THREADS={report['omp_threads']}. Load average "
+        "(1 min) before and after each measurement in brackets: the machine is shared.",
+        "",
+        f"## {cfg['global_rounds']} global rounds (training time, evaluation excluded)",
+        "",
+        f"MF-FedAvg, 20 clients per aggregation round, fresh client optimisers, seed 0; median of "
+        f"{cfg['runs']} runs (min-max).",
+        "",
+        "| model | how | training s | min-max | wall s (median) | HR@10 | NDCG@10 | load |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for model, entry in report["models"].items():
+        t = entry["train_seconds"]
+        how = (
+            f"full runs of {cfg['global_rounds']} global rounds"
+            if entry["full"]
+            else f"extrapolated: {cfg['measure_rounds']} global rounds x "
+            f"{cfg['global_rounds'] / cfg['measure_rounds']:g}"
+        )
+        wall = f"{entry['wall_seconds']['median']:.0f}" if entry["full"] else "-"
+        hr = f"{entry['hit_rate']:.4f}" if entry["full"] else "-"
+        ndcg = f"{entry['ndcg']:.4f}" if entry["full"] else "-"
+        loads = "; ".join(f"{a:.1f}-{b:.1f}" for a, b in entry["loads"])
+        lines.append(
+            f"| Fed{model.upper() if model != 'neumf' else 'NeuMF'} | {how} | "
+            f"**{t['median']:.0f}** | {t['min']:.0f}-{t['max']:.0f} | {wall} | {hr} | {ndcg} | "
+            f"{loads} |"
+        )
+    if report["profiles"]:
+        lines += ["", "## Where an aggregation round's time goes", ""]
+        for model, prof in report["profiles"].items():
+            lines += [
+                f"**{model.upper()}**, {prof['aggregation_rounds']} aggregation rounds, "
+                f"{prof['total_ms_per_round']:.1f} ms per aggregation round "
+                f"(load {prof['load'][0]:.1f}-{prof['load'][1]:.1f}):",
+                "",
+                "| piece | ms / aggregation round | share |",
+                "|---|---|---|",
+            ]
+            for piece, ms in prof["ms_per_round"].items():
+                share = ms / prof["total_ms_per_round"]
+                lines.append(f"| {piece} | {ms:.2f} | {share:.0%} |")
+            lines += [
+                "",
+                "cProfile, top functions by own time (ms per aggregation round, "
+                "profiler overhead included):",
+                "",
+                "| function | calls / round | own ms | cumulative ms |",
+                "|---|---|---|---|",
+            ]
+            for row in prof["cprofile_top"]:
+                lines.append(
+                    f"| `{row['function']}` | {row['calls_per_round']:.1f} | {row['own_ms']:.2f} "
+                    f"| {row['cum_ms']:.2f} |"
+                )
+            lines.append("")
+    if report["threads"]:
+        lines += [
+            "## Torch threads",
+            "",
+            f"Training seconds per global round ({cfg['measure_rounds']} global rounds, median "
+            f"of {cfg['runs']} runs):",
+            "",
+            "| model | " + " | ".join(f"{t} thread(s)" for t in cfg["threads"]) + " |",
+            "|---|" + "---|" * len(cfg["threads"]),
+        ]
+        for model, by_threads in report["threads"].items():
+            cells = " | ".join(f"{by_threads[str(t)]['median']:.3f}" for t in cfg["threads"])
+            lines.append(f"| {model.upper()} | {cells} |")
+        lines.append("")
+    if report["reference"]:
+        lines += [
+            "## Batched simulation against the per-client reference loop",
+            "",
+            f"{cfg['reference_rounds']} aggregation rounds, seconds per round, median of "
+            f"{cfg['runs']} (min-max):",
+            "",
+            "| model | batched | reference | speed-up | max abs diff |",
+            "|---|---|---|---|---|",
+        ]
+        for model, ref in report["reference"].items():
+            b, r = ref["batched"], ref["reference"]
+            lines.append(
+                f"| {model.upper()} | {b['median']:.3f} ({b['min']:.3f}-{b['max']:.3f}) | "
+                f"{r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f}) | "
+                f"{r['median'] / b['median']:.0f}x | {ref['max_abs_diff']:.1e} |"
+            )
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="ml-100k")
     parser.add_argument("--data-dir")
     parser.add_argument("--models", nargs="+", default=["gmf", "neumf"])
-    parser.add_argument("--rounds", type=int, default=12, help="aggregation rounds per measurement")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--clients-per-round", type=int, default=20)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--full", nargs="*", default=["gmf"], help="models trained in full")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--global-rounds", type=int, default=400)
+    parser.add_argument("--measure-rounds", type=int, default=10, help="global rounds measured")
+    parser.add_argument("--profile-rounds", type=int, default=2, help="0: no profile")
+    parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
+    parser.add_argument("--reference-rounds", type=int, default=0)
+    parser.add_argument("--out", default="results/fedncf")
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    data = load_prepared(args.dataset, args.data_dir)
-    clients = ClientData.of(data)
-    per_global = math.ceil(data.num_users / args.clients_per_round)
-    print(
-        f"{args.dataset}: {data.num_users} clients, {args.clients_per_round} per round, "
-        f"{per_global} aggregation rounds per global round; {args.rounds} rounds x "
-        f"{args.repeats} repeats, 1 thread\n"
-    )
-    print(
-        "| model | batched s/round | reference s/round | speed-up | batched 400 global rounds "
-        "| reference 400 global rounds | max abs diff |"
-    )
-    print("|---|---|---|---|---|---|---|")
+    report: dict[str, Any] = {
+        "config": {
+            "dataset": args.dataset,
+            "global_rounds": args.global_rounds,
+            "measure_rounds": args.measure_rounds,
+            "runs": args.runs,
+            "threads": args.threads,
+            "reference_rounds": args.reference_rounds,
+        },
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, numpy {np.__version__}, "
+        f"torch {torch.__version__}",
+        "omp_threads": os.environ.get("OMP_NUM_THREADS"),
+        "models": {},
+        "profiles": {},
+        "threads": {},
+        "reference": {},
+    }
     for model in args.models:
-        times: dict[str, list[float]] = {"batched": [], "reference": []}
-        finals = {}
-        for _ in range(args.repeats):
-            for simulation in times:
-                seconds, finals[simulation] = simulate(
-                    model,
-                    simulation,
-                    data=data,
-                    clients=clients,
-                    rounds=args.rounds,
-                    c=args.clients_per_round,
-                    seed=args.seed,
+        full = model in args.full
+        rounds = args.global_rounds if full else args.measure_rounds
+        runs = [timed_run(args.dataset, args.data_dir, model, rounds, 1) for _ in range(args.runs)]
+        scale = args.global_rounds / rounds
+        entry = {
+            "full": full,
+            "train_seconds": spread([r["train_seconds"] * scale for r in runs]),
+            "per_global_round": spread([r["train_seconds"] / rounds for r in runs]),
+            "loads": [r["load"] for r in runs],
+            "runs": runs,
+        }
+        if full:
+            entry["wall_seconds"] = spread([r["wall_seconds"] for r in runs])
+            entry["hit_rate"], entry["ndcg"] = runs[0]["hit_rate"], runs[0]["ndcg"]
+            if any((r["hit_rate"], r["ndcg"]) != (entry["hit_rate"], entry["ndcg"]) for r in runs):
+                raise RuntimeError(f"{model}: the runs' final metrics differ")
+        report["models"][model] = entry
+        if args.profile_rounds:
+            report["profiles"][model] = profile(
+                args.dataset, args.data_dir, model, args.profile_rounds
+            )
+        if len(args.threads) > 1:
+            report["threads"][model] = {
+                str(threads): spread(
+                    [
+                        timed_run(args.dataset, args.data_dir, model, args.measure_rounds, threads)[
+                            "train_seconds"
+                        ]
+                        / args.measure_rounds
+                        for _ in range(args.runs)
+                    ]
                 )
-                times[simulation].append(seconds / args.rounds)
-        med = {k: statistics.median(v) for k, v in times.items()}
-        span = {k: f"{min(v):.3f}–{max(v):.3f}" for k, v in times.items()}
-        total = 400 * per_global
-        diff = float((finals["batched"] - finals["reference"]).abs().max())
-        print(
-            f"| {model.upper()} | {med['batched']:.3f} ({span['batched']}) | "
-            f"{med['reference']:.3f} ({span['reference']}) | {med['reference'] / med['batched']:.1f}x | "
-            f"{med['batched'] * total / 60:.1f} min | {med['reference'] * total / 3600:.1f} h | {diff:.1e} |"
-        )
+                for threads in args.threads
+            }
+        if args.reference_rounds:
+            report["reference"][model] = reference(args, model)
+    text = markdown(report)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "speed.md").write_text(text)
+        (out / "speed.json").write_text(json.dumps(report, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ from fedrec.train.fedncf import (
     ClientData,
     ClientOptimizerStore,
     FedNCFConfig,
+    _BatchedNetwork,
+    _shuffle_order,
     round_rng,
     sample_round,
     train_centralised,
@@ -107,6 +109,46 @@ def test_batched_round_equals_per_client_reference(model: str, small_dir: Path) 
     torch.testing.assert_close(batched_rows, reference_rows, atol=2e-5, rtol=1e-4)
     moved = (batched.network - kwargs["network"]).abs().max()
     assert moved > 1e-2  # training really happened
+
+
+def test_shuffle_order_is_the_argsort_of_the_keys() -> None:
+    """sample_round's shuffle sorts each client's keys apart: the same permutation as one
+    np.argsort of all keys, and np.argsort itself when keys tie."""
+    rng = np.random.default_rng(0)
+    sizes = np.array([5, 1, 9, 3])
+    # positives of every client, then negatives of every client (sample_round's pool)
+    owner = np.concatenate([np.repeat(np.arange(4), sizes), np.repeat(np.arange(4), 2 * sizes)])
+    by_owner = np.argsort(owner, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(3 * sizes)]).tolist()
+    for _ in range(20):
+        keys = owner + rng.random(len(owner))
+        np.testing.assert_array_equal(_shuffle_order(keys, by_owner, bounds), np.argsort(keys))
+        tied = owner + np.floor(rng.random(len(owner)) * 3) / 3  # equal keys: the fallback
+        np.testing.assert_array_equal(_shuffle_order(tied, by_owner, bounds), np.argsort(tied))
+
+
+def test_batched_round_with_single_columns_equals_reference(small_dir: Path) -> None:
+    """Embeddings and a last layer 1 wide (their batch sums are taken apart), and one engine
+    reused by a later, smaller round (its arrays are kept)."""
+    data = load_prepared("ml-100k", small_dir)
+    clients = ClientData.of(data)
+    config = NCFConfig(model="neumf", latent_dim=1, hidden=(4, 1))
+    net = _seeded_net(config, data)
+    engine = _BatchedNetwork(config)
+    for r, users in enumerate([np.array([1, 2, 6, 11, 23, 30]), np.array([3, 5])]):
+        kwargs = {
+            "round_samples": sample_round(
+                clients, users, round_rng(2, r), num_negatives=4, local_epochs=2
+            ),
+            "user_rows": net.user_table()[torch.from_numpy(users)],
+            "items": net.item_table(),
+            "network": net.network_vector(),
+            "lr": 1e-2,
+            "batch_size": 8,
+        }
+        batched = train_round_batched(config, **kwargs, engine=engine)
+        _assert_same_round(batched, train_round_reference(config, **kwargs), kwargs["items"])
+        assert (batched[0].network - kwargs["network"]).abs().max() > 1e-3
 
 
 def _assert_same_round(

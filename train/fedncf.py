@@ -35,8 +35,10 @@ the stack. :func:`train_round_reference` is the plain per-client loop (an :class
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -295,48 +297,73 @@ def sample_round(
     clients are sampled together in a few vectorised calls.
     """
     users = np.asarray(users, dtype=np.int64)
-    num_items = clients.num_items
+    num_items, count = clients.num_items, len(users)
     positives, pos_owner, _ = _segments(clients.train_indptr, clients.train_items, users)
-    known, known_owner, known_within = _segments(
-        clients.positives_indptr, clients.positives_sorted, users
-    )
-    n_known = np.bincount(known_owner, minlength=len(users))
+    known, known_owner, _ = _segments(clients.positives_indptr, clients.positives_sorted, users)
+    n_known = np.bincount(known_owner, minlength=count)
     free = num_items - n_known
     if np.any(free < 1):
         raise ValueError(f"user {users[free < 1][0]} interacted with every item; no negatives")
-    # complement indexing: the f-th free item of a client is f + #{positives p: p - rank(p) <= f}
-    spacing = 2 * num_items + 2
-    shifted = known - known_within + known_owner * spacing
-    known_start = np.concatenate([[0], np.cumsum(n_known)[:-1]])
-    n_pos = np.bincount(pos_owner, minlength=len(users))
-    neg_owner = np.repeat(np.arange(len(users)), n_pos * num_negatives)
+    # complement indexing: the f-th free item of a client is the f-th entry of its row of the
+    # (clients x items) table of free items, read in ascending order
+    is_free = np.ones(count * num_items, dtype=bool)
+    is_free[known_owner * num_items + known] = False
+    free_items = np.flatnonzero(is_free)
+    free_start = np.zeros(count, np.int64)
+    np.cumsum(free[:-1], out=free_start[1:])
+    n_pos = np.bincount(pos_owner, minlength=count)
+    neg_owner = np.repeat(np.arange(count), n_pos * num_negatives)
+    neg_free = free[neg_owner]
+    neg_base = free_start[neg_owner]
+    neg_offset = neg_owner * num_items
     owner = np.concatenate([pos_owner, neg_owner])
-    labels = np.concatenate(
-        [np.ones(len(pos_owner), np.float32), np.zeros(len(neg_owner), np.float32)]
-    )
+    num_pos, size = len(pos_owner), len(owner)
     samples = n_pos * (1 + num_negatives)
-    group_start = np.concatenate([[0], np.cumsum(samples)[:-1]])
-    parts = []
+    group_start = np.zeros(count, np.int64)
+    np.cumsum(samples[:-1], out=group_start[1:])
+    arange = np.arange(size)
+    total = local_epochs * size
+    client = np.empty(total, np.int64)
+    position = np.empty(total, np.int64)
+    items = np.empty(total, np.int64)
+    labels_all = np.empty(total, np.float32)
+    pool = np.empty(size, np.int64)
+    pool[:num_pos] = positives
+    # the pool grouped by client, for the shuffles (see _shuffle_order)
+    by_owner = np.argsort(owner.astype(np.uint16) if count < 2**16 else owner, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(samples)]).tolist()
     for epoch in range(local_epochs):
-        index = (rng.random(len(neg_owner)) * free[neg_owner]).astype(np.int64)
-        below = np.searchsorted(shifted, index + neg_owner * spacing, side="right")
-        negatives = index + below - known_start[neg_owner]
-        items = np.concatenate([positives, negatives])
-        order = np.argsort(owner + rng.random(len(items)))  # shuffle within each client
-        owner_sorted = owner[order]
-        parts.append(
-            (
-                owner_sorted,
-                np.full(len(order), epoch),
-                np.arange(len(order)) - group_start[owner_sorted],
-                items[order],
-                labels[order],
-            )
-        )
-    client, epoch_of, position, items, labels_all = (
-        np.concatenate(p) for p in zip(*parts, strict=True)
-    )
+        index = (rng.random(len(neg_owner)) * neg_free).astype(np.int64)
+        index += neg_base
+        negatives = free_items.take(index)
+        np.subtract(negatives, neg_offset, out=pool[num_pos:])
+        order = _shuffle_order(owner + rng.random(size), by_owner, bounds)
+        part = slice(epoch * size, (epoch + 1) * size)
+        owner_sorted = owner.take(order)
+        client[part] = owner_sorted
+        np.subtract(arange, group_start.take(owner_sorted), out=position[part])
+        pool.take(order, out=items[part])
+        np.less(order, num_pos, out=labels_all[part])
+    epoch_of = np.repeat(np.arange(local_epochs), size)
     return RoundSamples(users, samples, client, epoch_of, position, items, labels_all)
+
+
+def _shuffle_order(keys: np.ndarray, by_owner: np.ndarray, bounds: list[int]) -> np.ndarray:
+    """``np.argsort(keys)`` for keys ``owner + uniform[0, 1)``, sorting each client's keys apart.
+
+    ``by_owner`` lists the positions client after client, ``bounds`` where each client's start.
+    When the keys are distinct the sorted order is unique, so this is exactly ``np.argsort(keys)``
+    (checked on the result); with a tie, it is ``np.argsort(keys)`` itself.
+    """
+    grouped = keys.take(by_owner)
+    local = np.empty(len(keys), np.int64)
+    for lo, hi in itertools.pairwise(bounds):
+        np.add(grouped[lo:hi].argsort(), lo, out=local[lo:hi])
+    order = by_owner.take(local)
+    ordered = keys.take(order)
+    if not np.all(ordered[1:] > ordered[:-1]):
+        return np.argsort(keys)
+    return order
 
 
 # ------------------------------------------------------------------------------------------------
@@ -479,7 +506,9 @@ class _RoundPlan:
 
     Step t trains the first ``active[t]`` clients of the stack on one batch each; its entries are
     ``[offsets[t], offsets[t+1])`` of the packed arrays, laid out (active[t], B). Each client's
-    item rows live in one flat table (the rows it touches, then a dummy row for padding).
+    item rows live in one flat table (the rows it touches, then a dummy row for padding). A step's
+    distinct rows are listed in the order of their first occurrence, its repeated occurrences in
+    entry order (so repeats of one row are added in the order of their entries).
     """
 
     order: np.ndarray  # (C,) client positions, by descending local steps
@@ -510,9 +539,9 @@ def _plan_round(samples: RoundSamples, *, batch_size: int, num_items: int) -> _R
     offsets = np.concatenate([[0], np.cumsum(active * batch_size)])
     client = samples.client
     slot = slot_of[client]
-    batch = samples.position // batch_size
+    batch, within_batch = np.divmod(samples.position, batch_size)
     t = samples.epoch * batches[client] + batch
-    rel = slot * batch_size + samples.position % batch_size  # entry within its step
+    rel = slot * batch_size + within_batch  # entry within its step
     # flat table: each client's touched items in (slot, item) order, then the dummy row
     key = slot * num_items + samples.items
     mark = np.zeros(len(order) * num_items, dtype=bool)
@@ -527,20 +556,34 @@ def _plan_round(samples: RoundSamples, *, batch_size: int, num_items: int) -> _R
     packed = offsets[t] + rel
     flat_rows[packed] = flat
     labels[packed] = samples.labels
-    weights[packed] = 1.0 / np.minimum(n[client] - batch * batch_size, batch_size)
-    # distinct rows per step: first occurrences and the repeats that must be added to them
-    stride = len(order) * batch_size
-    sort = np.argsort(
-        (t * (dummy + 1) + flat) * stride + rel
-    )  # by step, row, entry (distinct keys)
-    t_s, flat_s, rel_s = t[sort], flat[sort], rel[sort]
-    first = np.ones(len(sort), dtype=bool)
-    first[1:] = (t_s[1:] != t_s[:-1]) | (flat_s[1:] != flat_s[:-1])
-    unique_index = np.cumsum(first) - 1
-    unique_t = t_s[first]
-    unique_offsets = np.searchsorted(unique_t, np.arange(total_steps + 1))
-    dups = ~first
-    dup_t = t_s[dups]
+    # 1 / (size of the batch): per client and batch, then per example
+    sizes = n[:, None] - np.arange(int(batches.max()))[None, :] * batch_size
+    weight_of = 1.0 / np.clip(sizes, 1, batch_size)
+    weights[packed] = weight_of.ravel()[client * weight_of.shape[1] + batch]
+    # distinct rows per step. A row repeats only inside one client's batch; the entries (in packed
+    # order: by step, then entry) are grouped by row with a stable sort, so that each group of
+    # one row at one step starts with its first entry.
+    valid = np.zeros(entries, dtype=bool)
+    valid[packed] = True
+    entry = np.flatnonzero(valid)  # packed positions of the examples, ascending
+    rows = flat_rows[entry]
+    step = np.repeat(np.arange(total_steps), active * batch_size)[entry]
+    by_row = np.argsort(rows.astype(np.uint16) if dummy < 2**16 else rows, kind="stable")
+    row_step = (rows * total_steps + step)[by_row]
+    first_s = np.ones(len(entry), dtype=bool)
+    np.not_equal(row_step[1:], row_step[:-1], out=first_s[1:])
+    first = np.empty_like(first_s)
+    first[by_row] = first_s
+    unique_index = np.cumsum(first) - 1  # in packed order, among the first occurrences
+    group_unique = unique_index[by_row[first_s]]  # each group's distinct-row index
+    dups_s = ~first_s
+    dup_entry = by_row[dups_s]
+    dup_unique = group_unique[(np.cumsum(first_s) - 1)[dups_s]]
+    in_order = np.argsort(dup_entry)  # the repeats in packed order
+    dup_entry, dup_unique = dup_entry[in_order], dup_unique[in_order]
+    within = entry - offsets[step]
+    unique_offsets = np.searchsorted(step[first], np.arange(total_steps + 1))
+    dup_step = step[dup_entry]
     return _RoundPlan(
         order=order,
         active=active,
@@ -549,14 +592,183 @@ def _plan_round(samples: RoundSamples, *, batch_size: int, num_items: int) -> _R
         labels=labels,
         weights=weights,
         unique_offsets=unique_offsets,
-        unique_rows=flat_s[first],
-        unique_first=rel_s[first],
-        dup_offsets=np.searchsorted(dup_t, np.arange(total_steps + 1)),
-        dup_target=unique_index[dups] - unique_offsets[dup_t],
-        dup_source=rel_s[dups],
+        unique_rows=rows[first],
+        unique_first=within[first],
+        dup_offsets=np.searchsorted(dup_step, np.arange(total_steps + 1)),
+        dup_target=dup_unique - unique_offsets[dup_step],
+        dup_source=within[dup_entry],
         row_client=touched // num_items,
         row_item=touched % num_items,
     )
+
+
+class _Views(types.SimpleNamespace):
+    """Views of a :class:`_Workspace`'s arrays for the first ``a`` clients of the stack."""
+
+
+class _Workspace:
+    """The arrays of the batched simulation, for up to ``clients`` clients and batch ``batch``.
+
+    Each per-step array is a prefix (the active clients) of one of these, so a step allocates
+    almost nothing, and the views of each prefix are built once (:meth:`views`).
+    """
+
+    def __init__(self, engine: _BatchedNetwork, clients: int, batch: int) -> None:
+        cfg, f32 = engine.config, np.float32
+        d, w, c, b = engine.dense_size, engine.width, clients, batch
+        self.engine, self.clients, self.batch = engine, clients, batch
+        self.dense = np.zeros((c, d), f32)  # [user row | network] of each client
+        self.moments = np.zeros((c, 2 * d), f32)  # their Adam [m | v]
+        self.grads = np.zeros((c, 2 * d), f32)  # [gradient | gradient squared]
+        self.tmp = np.zeros((2, c, d), f32)
+        # Adam's m and v updates as one product with [beta1.. | beta2..] and [1-beta1.. | 1-beta2..]
+        self.decay = np.repeat(np.array([BETA1, BETA2], f32), d)
+        self.gain = np.repeat(np.array([1 - BETA1, 1 - BETA2], f32), d)
+        self.row_decay = np.array([BETA1, BETA2], f32)[:, None, None]
+        self.row_gain = np.array([1 - BETA1, 1 - BETA2], f32)[:, None, None]
+        self.q = np.zeros((c * b, w), f32)  # the step's item rows
+        self.d_q = np.zeros((c * b, w), f32)  # their gradients
+        self.plane_rows = np.zeros((3, c * b), np.int64)  # distinct rows in the three planes
+        self.row_grads = np.zeros((2, c * b, w), f32)  # distinct rows' gradient, and squared
+        self.row_tmp = np.zeros((2, c * b, w), f32)
+        self.logits = np.zeros((c, b, 1), f32)
+        self.g = np.zeros((c, b), f32)
+        if cfg.model == "gmf":
+            self.ph = np.zeros((c, w), f32)
+            self.d_ph = np.zeros((c, 1, w), f32)
+        else:
+            hidden, g_dim, m_dim = cfg.hidden, cfg.gmf_dim, cfg.mlp_dim
+            self.z0 = np.zeros((c, b, 2 * m_dim), f32)
+            # a layer 1 wide keeps its own contiguous arrays, as NumPy's matmul treats a strided
+            # vector differently from a contiguous one
+            self.last_alone = hidden[-1] == 1 and g_dim > 0
+            self.z = [np.zeros((c, b, width), f32) for width in hidden[:-1]]
+            self.z += [np.zeros((c, b, 1), f32)] if self.last_alone else []
+            self.d_pre_alone = [
+                np.zeros((c, b, 1), f32) if width == 1 else None for width in hidden
+            ]
+            self.mask = [np.zeros((c, b, width), f32) for width in hidden]
+            self.feats = np.zeros((c, b, cfg.head_inputs), f32)
+            self.d_feats = np.zeros_like(self.feats)
+            self.d_z = [np.zeros((c, b, width), f32) for width in hidden[:-1]]
+            # one array, summed over the batch in one call (but for its last m_dim columns):
+            # [d_pre of every layer | d_fg * q^G | d z0 = (d p^M, d q^M)]
+            widths = [0 if width == 1 else width for width in hidden] + [g_dim, m_dim, m_dim]
+            self.column = np.concatenate([[0], np.cumsum(widths)])
+            self.summed = np.zeros((c, b, int(self.column[-1])), f32)
+            self.sums = np.zeros((c, int(self.column[-2])), f32)
+            bias = [lo + int(np.prod(shape)) for lo, _, shape in engine.slices[:-2:2]]
+            # the dense columns of the sums: each layer's bias, then the user row
+            self.targets = [*bias, 0, g_dim]
+            self.sum_targets = np.concatenate(
+                [
+                    np.arange(lo, lo + width)
+                    for lo, width in zip(self.targets, widths[:-1], strict=True)
+                ]
+            )
+        self._views: dict[int, _Views] = {}
+        self._planes = np.zeros((3, 0, w), f32)
+
+    def item_state(self, rows: int) -> np.ndarray:
+        """(3, >= rows, E) planes for the flat table's [param, m, v] (contents left as they are)."""
+        if self._planes.shape[1] < rows:
+            self._planes = np.zeros((3, rows + rows // 4, self.engine.width), np.float32)
+        return self._planes
+
+    def views(self, a: int) -> _Views:
+        v = self._views.get(a)
+        if v is None:
+            v = self._views[a] = self._make_views(a)
+        return v
+
+    def _make_views(self, a: int) -> _Views:
+        engine, cfg, b = self.engine, self.engine.config, self.batch
+        d, w = engine.dense_size, engine.width
+        v = _Views()
+        v.x = self.dense[:a]
+        v.moments, v.m, v.v = self.moments[:a], self.moments[:a, :d], self.moments[:a, d:]
+        v.grads, v.grad, v.grad_sq = self.grads[:a], self.grads[:a, :d], self.grads[:a, d:]
+        v.tmp0, v.tmp1 = self.tmp[0, :a], self.tmp[1, :a]
+        v.tmp0_user, v.tmp0_net = v.tmp0[:, :w], v.tmp0[:, w:]
+        v.q2 = self.q[: a * b]
+        v.q = v.q2.reshape(a, b, w)
+        v.d_q2 = self.d_q[: a * b]
+        v.d_q = v.d_q2.reshape(a, b, w)
+        v.logits = self.logits[:a]
+        v.logits2 = v.logits[..., 0]
+        v.g = self.g[:a]
+        v.g3, v.g_row = v.g[:, :, None], v.g[:, None, :]
+        user = self.dense[:a, :w]
+        views = [self.dense[:a, lo:hi].reshape(a, *shape) for lo, hi, shape in engine.slices]
+        grads = [self.grads[:a, lo:hi].reshape(a, *shape) for lo, hi, shape in engine.slices]
+        head_w, v.head_b = views[-2][:, 0], views[-1]
+        v.head_w3, v.head_w_row = head_w[:, :, None], head_w[:, None, :]
+        v.d_head_w3, v.d_head_b = grads[-2], grads[-1]
+        if cfg.model == "gmf":
+            v.user, v.head_w = user, head_w
+            v.ph = self.ph[:a]
+            v.ph3, v.ph_row = v.ph[:, :, None], v.ph[:, None, :]
+            v.d_ph3 = self.d_ph[:a]
+            v.d_ph = v.d_ph3[:, 0]
+            v.d_user, v.d_head_w = self.grads[:a, :w], grads[-2][:, 0]
+            return v
+        g_dim, m_dim, layers = cfg.gmf_dim, cfg.mlp_dim, len(cfg.hidden)
+        v.user_g3 = user[:, None, :g_dim]
+        v.q_g, v.q_m = v.q[..., :g_dim], v.q[..., g_dim:]
+        v.feats = self.feats[:a]
+        v.feats_g = v.feats[..., :g_dim]
+        v.d_feats = self.d_feats[:a]
+        v.d_fg = v.d_feats[..., :g_dim]
+        v.d_q_g, v.d_q_m = v.d_q[..., :g_dim], v.d_q[..., g_dim:]
+        column, summed = self.column, self.summed[:a]
+        v.summed = summed[..., : column[-2]]
+        v.sums = self.sums[:a]
+        v.gprod = summed[..., column[layers] : column[layers + 1]]
+        d_z0 = summed[..., column[layers + 1] :]
+        v.d_z0_item = d_z0[..., m_dim:]
+        v.z0 = self.z0[:a]
+        v.z0_user, v.z0_item = v.z0[..., :m_dim], v.z0[..., m_dim:]
+        v.user_m3 = np.broadcast_to(user[:, None, g_dim:], (a, b, m_dim))
+        inputs = [v.z0, *(z[:a] for z in self.z[: layers - 1])]
+        outputs = [*(z[:a] for z in self.z[: layers - 1])]
+        outputs.append(self.z[-1][:a] if self.last_alone else v.feats[..., g_dim:])
+        v.last_copy = (v.feats[..., g_dim:], outputs[-1]) if self.last_alone else None
+        d_outputs = [*(d_z[:a] for d_z in self.d_z), v.d_feats[..., g_dim:]]
+        d_inputs = [d_z0, *(d_z[:a] for d_z in self.d_z)]
+        v.layers = []
+        for layer in range(layers):
+            alone = self.d_pre_alone[layer]
+            d_pre = summed[..., column[layer] : column[layer + 1]] if alone is None else alone[:a]
+            weight = views[2 * layer]
+            v.layers.append(
+                (
+                    inputs[layer],
+                    weight.transpose(0, 2, 1),
+                    views[2 * layer + 1][:, None, :],  # bias
+                    outputs[layer],  # after the ReLU
+                    self.mask[layer][:a],  # 1 where the output is positive, else 0
+                    d_outputs[layer],
+                    d_pre,
+                    d_pre.transpose(0, 2, 1),
+                    grads[2 * layer],  # d weight
+                    weight,
+                    d_inputs[layer],
+                )
+            )
+        v.sum_targets = self.sum_targets
+        # NumPy sums a single column pairwise, not in order: such columns are summed alone
+        widths = np.diff(column)[:-1]
+        v.single = [
+            (summed[..., lo : lo + 1], self.grads[:a, target : target + 1])
+            for lo, width, target in zip(column[:-2], widths, self.targets, strict=True)
+            if width == 1
+        ]
+        v.single += [
+            (alone[:a], self.grads[:a, target : target + 1])
+            for alone, target in zip(self.d_pre_alone, self.targets, strict=False)
+            if alone is not None
+        ]
+        return v
 
 
 class _BatchedNetwork:
@@ -564,6 +776,7 @@ class _BatchedNetwork:
 
     Written in NumPy: at these sizes (20 x 64 examples, 12-d rows) the per-call overhead dominates
     and NumPy's is several times lower than PyTorch's; the maths is the same float32 arithmetic.
+    Every step writes into the preallocated arrays of a :class:`_Workspace`.
     """
 
     def __init__(self, config: NCFConfig) -> None:
@@ -576,75 +789,73 @@ class _BatchedNetwork:
             self.slices.append((offset, offset + size, shape))
             offset += size
         self.dense_size = offset
+        self.gradients = self._gmf_gradients if config.model == "gmf" else self._ncf_gradients
+        self._workspaces: dict[int, _Workspace] = {}
 
-    def gradients(
-        self, dense: np.ndarray, q: np.ndarray, y: np.ndarray, w: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(d dense (A, D), d q (A, B, E)) of the sum over clients of their mean BCE losses."""
-        cfg = self.config
-        g_dim = cfg.gmf_dim
-        a = dense.shape[0]
-        user = dense[:, : self.width]
-        views = [dense[:, lo:hi].reshape(a, *shape) for lo, hi, shape in self.slices]
-        head_w, head_b = views[-2][:, 0], views[-1]  # (A, F), (A, 1)
-        if cfg.model == "gmf":  # fast path: logit = q · (p ⊙ h) + b
-            ph = user * head_w
-            logits = np.matmul(q, ph[:, :, None])[..., 0] + head_b
-            g = _sigmoid_minus(logits, y, w)
-            d_ph = np.matmul(g[:, None, :], q)[:, 0]
-            d_q = g[:, :, None] * ph[:, None, :]
-            return np.concatenate([d_ph * head_w, d_ph * user, g.sum(1, keepdims=True)], 1), d_q
-        b = q.shape[1]
-        parts, zs = [], []
-        if cfg.uses_gmf:
-            parts.append(user[:, None, :g_dim] * q[..., :g_dim])
-        if cfg.uses_mlp:
-            mlp_user = np.broadcast_to(user[:, None, g_dim:], (a, b, cfg.mlp_dim))
-            z = np.concatenate([mlp_user, q[..., g_dim:]], 2)
-            zs.append(z)
-            for layer in range(len(cfg.hidden)):
-                weight, bias = views[2 * layer], views[2 * layer + 1]
-                z = np.matmul(z, weight.transpose(0, 2, 1))
-                z += bias[:, None, :]
-                np.maximum(z, 0, out=z)
-                zs.append(z)
-            parts.append(z)
-        feats = parts[0] if len(parts) == 1 else np.concatenate(parts, 2)
-        logits = np.matmul(feats, head_w[:, :, None])[..., 0] + head_b
-        g = _sigmoid_minus(logits, y, w)
-        d_feats = g[:, :, None] * head_w[:, None, :]
-        d_user, d_q, grads = [], [], []
-        if cfg.uses_gmf:
-            d_fg = d_feats[..., :g_dim]
-            d_user.append((d_fg * q[..., :g_dim]).sum(1))
-            d_q.append(d_fg * user[:, None, :g_dim])
-        if cfg.uses_mlp:
-            dz = d_feats[..., g_dim:]
-            layer_grads = []
-            for layer in reversed(range(len(cfg.hidden))):
-                d_pre = dz * (zs[layer + 1] > 0)
-                d_weight = np.matmul(d_pre.transpose(0, 2, 1), zs[layer])
-                layer_grads.append((d_weight.reshape(a, -1), d_pre.sum(1)))
-                dz = np.matmul(d_pre, views[2 * layer])
-            d_user.append(dz[..., : cfg.mlp_dim].sum(1))
-            d_q.append(dz[..., cfg.mlp_dim :])
-            for d_weight, d_bias in reversed(layer_grads):
-                grads.extend((d_weight, d_bias))
-        grads.append(np.matmul(g[:, None, :], feats)[:, 0])
-        grads.append(g.sum(1, keepdims=True))
-        d_dense = np.concatenate([*d_user, *grads], 1)
-        return d_dense, (d_q[0] if len(d_q) == 1 else np.concatenate(d_q, 2))
+    def workspace(self, clients: int, batch: int) -> _Workspace:
+        """The arrays for ``clients`` clients (kept for later rounds with as many or fewer)."""
+        space = self._workspaces.get(batch)
+        if space is None or space.clients < clients:
+            space = self._workspaces[batch] = _Workspace(self, clients, batch)
+        return space
+
+    @staticmethod
+    def _gmf_gradients(v: _Views, y: np.ndarray, w: np.ndarray) -> None:
+        """GMF (logit = q · (p ⊙ h) + b): the gradients into ``v.grad`` and ``v.d_q``."""
+        np.multiply(v.user, v.head_w, out=v.ph)
+        np.matmul(v.q, v.ph3, out=v.logits)
+        g = v.g
+        np.add(v.logits2, v.head_b, out=g)
+        _sigmoid_minus(g, y, w)
+        np.matmul(v.g_row, v.q, out=v.d_ph3)
+        np.multiply(v.g3, v.ph_row, out=v.d_q)
+        np.multiply(v.d_ph, v.head_w, out=v.d_user)
+        np.multiply(v.d_ph, v.user, out=v.d_head_w)
+        np.add.reduce(g, axis=1, keepdims=True, out=v.d_head_b)
+
+    @staticmethod
+    def _ncf_gradients(v: _Views, y: np.ndarray, w: np.ndarray) -> None:
+        """MLP or NeuMF: the gradients into ``v.grad`` and ``v.d_q``."""
+        np.multiply(v.user_g3, v.q_g, out=v.feats_g)
+        np.copyto(v.z0_user, v.user_m3)
+        np.copyto(v.z0_item, v.q_m)
+        for inputs, weight_t, bias, outputs, mask, *_ in v.layers:
+            np.matmul(inputs, weight_t, out=outputs)
+            np.add(outputs, bias, out=outputs)
+            np.maximum(outputs, 0, out=outputs)
+            np.greater(outputs, 0, out=mask)
+        if v.last_copy is not None:
+            np.copyto(*v.last_copy)
+        np.matmul(v.feats, v.head_w3, out=v.logits)
+        g = v.g
+        np.add(v.logits2, v.head_b, out=g)
+        _sigmoid_minus(g, y, w)
+        np.multiply(v.g3, v.head_w_row, out=v.d_feats)
+        np.multiply(v.d_fg, v.q_g, out=v.gprod)
+        np.multiply(v.d_fg, v.user_g3, out=v.d_q_g)
+        for layer in reversed(v.layers):
+            inputs, _, _, _, mask, d_outputs, d_pre, d_pre_t, d_weight, weight, d_inputs = layer
+            np.multiply(d_outputs, mask, out=d_pre)
+            np.matmul(d_pre_t, inputs, out=d_weight)
+            np.matmul(d_pre, weight, out=d_inputs)
+        np.copyto(v.d_q_m, v.d_z0_item)
+        np.add.reduce(v.summed, axis=1, out=v.sums)
+        v.grad[:, v.sum_targets] = v.sums
+        for column, target in v.single:
+            np.add.reduce(column, axis=1, out=target)
+        np.matmul(v.g_row, v.feats, out=v.d_head_w3)
+        np.add.reduce(g, axis=1, keepdims=True, out=v.d_head_b)
 
 
-def _sigmoid_minus(logits: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """(σ(logits) − y) · w: the gradient of the weighted BCE-with-logits loss."""
-    with np.errstate(over="ignore"):
-        g = np.exp(-logits)
+def _sigmoid_minus(g: np.ndarray, y: np.ndarray, w: np.ndarray) -> None:
+    """In place, logits -> (σ(logits) − y) · w: the gradient of the weighted BCE-with-logits loss
+    (an overflowing exp gives inf and then 0, as it should: call it under np.errstate)."""
+    np.negative(g, out=g)
+    np.exp(g, out=g)
     g += 1
     np.reciprocal(g, out=g)
     g -= y
     g *= w
-    return g
 
 
 def train_round_batched(
@@ -670,95 +881,133 @@ def train_round_batched(
     engine = engine or _BatchedNetwork(config)
     num_items, width = items.shape
     plan = _plan_round(round_samples, batch_size=batch_size, num_items=num_items)
-    c = len(plan.order)
-    dense = np.concatenate(
-        [user_rows.numpy()[plan.order], np.broadcast_to(network.numpy(), (c, network.numel()))], 1
-    ).astype(np.float32)
-    # flat state rows [param | m | v]: one gather and one scatter per step
-    state = np.zeros((len(plan.row_item) + 1, 3 * width), np.float32)
-    state[:-1, :width] = items.numpy()[plan.row_item]
+    c, d, total_steps = len(plan.order), engine.dense_size, len(plan.active)
+    space = engine.workspace(c, batch_size)
+    dense, moments = space.dense[:c], space.moments[:c]
+    dense[:, :width] = user_rows.numpy()[plan.order]
+    dense[:, width:] = network.numpy()
+    # flat state rows in three planes, param, m and v (a step gathers and scatters all three at
+    # once); the last row is the dummy
+    num_rows = len(plan.row_item) + 1
+    planes = space.item_state(num_rows)
+    state = planes[:, :num_rows]
+    state[0, :-1] = items.numpy()[plan.row_item]
+    state[0, -1] = 0
     persistent = optimizer_store is not None
     if optimizer_store is not None:
         stack_users = round_samples.users[plan.order]
         local_steps = (plan.active[:, None] > np.arange(c)[None, :]).sum(0)  # per stack slot
-        dense_m = optimizer_store.dense_m[stack_users]
-        dense_v = optimizer_store.dense_v[stack_users]
+        moments[:, :d] = optimizer_store.dense_m[stack_users]
+        moments[:, d:] = optimizer_store.dense_v[stack_users]
         # the clients' [m | v] of their flat-table rows, as rows of a (U * I, 2E) view
         item_moments = optimizer_store.item_moments.reshape(-1, 2 * width)
         moment_rows = stack_users[plan.row_client] * num_items + plan.row_item
-        state[:-1, width:] = item_moments.take(moment_rows, axis=0)
+        stored = item_moments.take(moment_rows, axis=0)
+        state[1, :-1], state[2, :-1] = stored[:, :width], stored[:, width:]
+        state[1:, -1] = 0
         # (T, C) step counts and Adam factors; each distinct row's step size, for all steps
-        counts = optimizer_store.steps[stack_users] + np.arange(1, len(plan.active) + 1)[:, None]
+        counts = optimizer_store.steps[stack_users] + np.arange(1, total_steps + 1)[:, None]
         item_lr, dense_lr, sqrt_bc2s, user_eps = _adam_factors(
             *optimizer_store.bias_corrections(counts), lr=lr
         )
-        unique_at = np.repeat(np.arange(len(plan.active)) * c, np.diff(plan.unique_offsets))
+        unique_at = np.repeat(np.arange(total_steps) * c, np.diff(plan.unique_offsets))
         unique_at += plan.row_client.take(plan.unique_rows)
         unique_lr = item_lr.take(unique_at)[:, None]
     else:
-        dense_m, dense_v = np.zeros_like(dense), np.zeros_like(dense)
-    # SparseAdam (user and item rows) is Adam with eps / sqrt(bias_correction2); the network is Adam
-    dense_eps = np.full(dense.shape[1], EPS, np.float32)
-    for t, a in enumerate(plan.active.tolist()):
-        lo, hi = int(plan.offsets[t]), int(plan.offsets[t + 1])
-        q = state.take(plan.flat_rows[lo:hi], axis=0)[:, :width].reshape(a, batch_size, width)
-        x = dense[:a]
-        d_dense, d_q = engine.gradients(
-            x,
-            q,
-            plan.labels[lo:hi].reshape(a, batch_size),
-            plan.weights[lo:hi].reshape(a, batch_size),
-        )
-        if not persistent:
-            step = t + 1
+        moments[:] = 0
+        state[1:] = 0
+        # the fresh optimisers' bias corrections (Python floats) for steps 1..T
+        item_step, dense_step, sqrt_bc2s = [], [], []
+        for step in range(1, total_steps + 1):
             bc1, bc2 = 1 - BETA1**step, 1 - BETA2**step
             sqrt_bc2 = math.sqrt(bc2)
-        # lazy Adam on the distinct rows of this step
-        ulo, uhi = plan.unique_offsets[t], plan.unique_offsets[t + 1]
-        rows = plan.unique_rows[ulo:uhi]
-        d_q = d_q.reshape(-1, width)
-        d_rows = d_q.take(plan.unique_first[ulo:uhi], axis=0)
-        dlo, dhi = plan.dup_offsets[t], plan.dup_offsets[t + 1]
-        if dhi > dlo:
-            np.add.at(d_rows, plan.dup_target[dlo:dhi], d_q.take(plan.dup_source[dlo:dhi], axis=0))
-        s = state.take(rows, axis=0)
-        param, m, v = s[:, :width], s[:, width : 2 * width], s[:, 2 * width :]
-        m *= BETA1
-        m += (1 - BETA1) * d_rows
-        v *= BETA2
-        v += (1 - BETA2) * (d_rows * d_rows)
-        if persistent:  # each row's client has its own step count
-            param -= unique_lr[ulo:uhi] * m / (np.sqrt(v) + EPS)
-        else:
-            param -= (lr * sqrt_bc2 / bc1) * m / (np.sqrt(v) + EPS)
-        state[rows] = s
-        # Adam on the active clients' user rows and networks
-        m, v = dense_m[:a], dense_v[:a]
-        m *= BETA1
-        m += (1 - BETA1) * d_dense
-        v *= BETA2
-        v += (1 - BETA2) * (d_dense * d_dense)
-        if persistent:
-            denom = np.sqrt(v)
-            denom /= sqrt_bc2s[t, :a, None]
-            denom[:, :width] += user_eps[t, :a, None]
-            denom[:, width:] += EPS
-            x -= dense_lr[t, :a, None] * m / denom
-        else:
-            dense_eps[:width] = EPS / sqrt_bc2
-            x -= (lr / bc1) * m / (np.sqrt(v) / sqrt_bc2 + dense_eps)
+            item_step.append(lr * sqrt_bc2 / bc1)
+            dense_step.append(lr / bc1)
+            sqrt_bc2s.append(sqrt_bc2)
+        # Adam's eps per dense column: SparseAdam's eps / sqrt(bias_correction2) on the user row
+        dense_eps = np.full((total_steps, d), EPS, np.float32)
+        dense_eps[:, :width] = (EPS / np.array(sqrt_bc2s))[:, None]
+    params = state[0]
+    state_rows = planes.view(np.dtype((np.void, planes.strides[1]))).reshape(-1)
+    plane = np.arange(3)[:, None] * planes.shape[1]
+    flat_rows, unique_rows, unique_first = plan.flat_rows, plan.unique_rows, plan.unique_first
+    dup_target, dup_source = plan.dup_target, plan.dup_source
+    labels = plan.labels.reshape(-1, batch_size)
+    weights = plan.weights.reshape(-1, batch_size)
+    offsets, active = plan.offsets.tolist(), plan.active.tolist()
+    unique_offsets, dup_offsets = plan.unique_offsets.tolist(), plan.dup_offsets.tolist()
+    row_grads, row_tmp = space.row_grads, space.row_tmp
+    row_decay, row_gain, decay, gain = space.row_decay, space.row_gain, space.decay, space.gain
+    plane_rows = space.plane_rows
+    gradients = engine.gradients
+    # SparseAdam (user and item rows) is Adam with eps / sqrt(bias_correction2); the network is Adam
+    with np.errstate(over="ignore"):
+        for t in range(total_steps):
+            a, lo, hi = active[t], offsets[t], offsets[t + 1]
+            v = space.views(a)
+            params.take(flat_rows[lo:hi], axis=0, out=v.q2, mode="clip")
+            gradients(
+                v,
+                labels[lo // batch_size : hi // batch_size],
+                weights[lo // batch_size : hi // batch_size],
+            )
+            # lazy Adam on the distinct rows of this step
+            ulo, uhi = unique_offsets[t], unique_offsets[t + 1]
+            n = uhi - ulo
+            rows = unique_rows[ulo:uhi]
+            grad = row_grads[:, :n]
+            d_rows, d_rows_sq = grad[0], grad[1]
+            v.d_q2.take(unique_first[ulo:uhi], axis=0, out=d_rows, mode="clip")
+            dlo, dhi = dup_offsets[t], dup_offsets[t + 1]
+            if dhi > dlo:
+                np.add.at(d_rows, dup_target[dlo:dhi], v.d_q2.take(dup_source[dlo:dhi], axis=0))
+            np.multiply(d_rows, d_rows, out=d_rows_sq)
+            grad *= row_gain
+            s = planes.take(rows, axis=1)
+            mv = s[1:]
+            mv *= row_decay
+            mv += grad
+            denom = np.sqrt(s[2], out=row_tmp[0, :n])
+            denom += EPS
+            if persistent:  # each row's client has its own step count
+                step_rows = np.multiply(unique_lr[ulo:uhi], s[1], out=row_tmp[1, :n])
+            else:
+                step_rows = np.multiply(s[1], item_step[t], out=row_tmp[1, :n])
+            step_rows /= denom
+            param = s[0]
+            param -= step_rows
+            at = plane_rows[:, :n]
+            np.add(rows, plane, out=at)
+            np.put(state_rows, at, s.view(state_rows.dtype), mode="clip")
+            # Adam on the active clients' user rows and networks
+            np.multiply(v.grad, v.grad, out=v.grad_sq)
+            v.grads *= gain
+            v.moments *= decay
+            v.moments += v.grads
+            denom = np.sqrt(v.v, out=v.tmp0)
+            if persistent:
+                denom /= sqrt_bc2s[t, :a, None]
+                v.tmp0_user += user_eps[t, :a, None]
+                v.tmp0_net += EPS
+                step_dense = np.multiply(dense_lr[t, :a, None], v.m, out=v.tmp1)
+            else:
+                denom /= sqrt_bc2s[t]
+                denom += dense_eps[t]
+                step_dense = np.multiply(v.m, dense_step[t], out=v.tmp1)
+            step_dense /= denom
+            v.x -= step_dense
     if optimizer_store is not None:
         optimizer_store.steps[stack_users] += local_steps
-        optimizer_store.dense_m[stack_users] = dense_m
-        optimizer_store.dense_v[stack_users] = dense_v
-        item_moments[moment_rows] = state[:-1, width:]
+        optimizer_store.dense_m[stack_users] = moments[:, :d]
+        optimizer_store.dense_v[stack_users] = moments[:, d:]
+        item_moments[moment_rows] = np.concatenate([state[1, :-1], state[2, :-1]], 1)
     updates = ClientUpdates(
         clients=round_samples.users[plan.order],
         num_samples=round_samples.samples[plan.order],
         network=torch.from_numpy(dense[:, width:].copy()),
         row_client=torch.from_numpy(plan.row_client),
         row_item=torch.from_numpy(plan.row_item),
-        item_rows=torch.from_numpy(state[:-1, :width].copy()),
+        item_rows=torch.from_numpy(state[0, :-1].copy()),
         num_items=num_items,
     )
     new_rows = torch.empty_like(user_rows)

@@ -3,8 +3,9 @@
 :func:`deploy` starts ``flower-superlink`` and N ``flower-supernode`` processes on 127.0.0.1 (free
 ports), writes a Flower app folder whose components are a fedrec app module's ``server_app`` and
 ``client_app`` and whose run configuration carries the job, runs it with ``flwr run ... --stream``
-and stops every process it started and their descendants, also when anything fails (SIGTERM,
-then SIGKILL after a grace period). Flower itself is unmodified: what runs
+and stops every process of the deployment, also when anything fails (SIGTERM, then SIGKILL after
+a grace period): those it started and every process carrying the deployment's random token in its
+environment, which Flower's own children inherit. Flower itself is unmodified: what runs
 is what ``flwr run`` runs on a cluster, with the addresses on one machine.
 
 Flower 1.42 runs every message a SuperNode receives in a fresh ClientApp process (its default
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -36,6 +38,8 @@ from fedrec.federation.flower_common import JOB_KEY, QUIET_ENV
 START_TIMEOUT = 60.0
 #: Seconds a stopped process gets to exit after SIGTERM before SIGKILL.
 STOP_GRACE = 10.0
+#: The environment variable that marks every process of one deployment (a random token).
+MARK = "FEDREC_FLOWER_DEPLOYMENT"
 
 PYPROJECT = """\
 [build-system]
@@ -130,45 +134,39 @@ class _Processes:
         return "\n".join(text.splitlines()[-lines:])
 
     def stop(self) -> None:
-        """SIGTERM every started process and all its descendants (Flower's SuperLink starts
-        ``flower-superexec`` in a process group of its own), then SIGKILL what is left."""
-        pids = [process.pid for _, process in self.started]
-        tree = pids + _descendants(pids)
-        for pid in tree:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE
-        for _, process in self.started:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=max(deadline - time.monotonic(), 0.1))
-        while time.monotonic() < deadline and any(_alive(pid) for pid in tree):
-            time.sleep(0.1)
-        for pid in [*tree, *_descendants(pids)]:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        for _, process in self.started:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=5)
+        """SIGTERM every process of this deployment, then SIGKILL what is left after the grace
+        period. A process belongs to it when it was started here or carries the deployment's
+        :data:`MARK` in its environment (Flower's SuperLink starts ``flower-superexec`` in a
+        process group of its own, which starts the apps; a child started while its parent is
+        being stopped is reparented and no longer a descendant, but it keeps the mark)."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            deadline = time.monotonic() + (STOP_GRACE if sig == signal.SIGTERM else 5.0)
+            targets = self._members()
+            for pid in targets:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+            for _, process in self.started:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            while time.monotonic() < deadline and any(_alive(pid) for pid in self._members()):
+                time.sleep(0.1)
+            if not any(_alive(pid) for pid in self._members()):
+                return
+
+    def _members(self) -> list[int]:
+        started = [process.pid for _, process in self.started if process.poll() is None]
+        return sorted(set(started) | set(_marked(self.env[MARK])))
 
 
-def _children() -> dict[int, list[int]]:
-    """{parent pid: child pids} of every process (Linux ``/proc``; empty elsewhere)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            # the fields after the command name (which may hold spaces) start with state, ppid
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(stat.parent.name))
-    return children
-
-
-def _descendants(pids: list[int]) -> list[int]:
-    children, found, todo = _children(), [], list(pids)
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+def _marked(token: str) -> list[int]:
+    """Pids of the live processes whose environment holds ``MARK=token`` (Linux ``/proc``)."""
+    needle = f"{MARK}={token}".encode() + b"\0"
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        with contextlib.suppress(OSError):
+            if needle in environ.read_bytes() + b"\0":
+                found.append(int(environ.parent.name))
+    return [pid for pid in found if pid != os.getpid()]
 
 
 def _alive(pid: int) -> bool:
@@ -239,7 +237,7 @@ def deploy(
             PYPROJECT.format(app=app, key=JOB_KEY, job=json.dumps(job(str(result_path))))
         )
         (home / "config.toml").write_text(CONFIG_TOML.format(port=port))
-        env = dict(os.environ) | QUIET_ENV | {"FLWR_HOME": str(home)}
+        env = dict(os.environ) | QUIET_ENV | {"FLWR_HOME": str(home), MARK: secrets.token_hex(8)}
         # Flower starts its helper commands (flower-superexec, flwr-clientapp) from PATH.
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         processes = _Processes(workdir, env)

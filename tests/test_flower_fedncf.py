@@ -32,17 +32,13 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(root)
 
 
-def test_one_node_is_the_in_process_run_and_two_nodes_stay_close(data_dir: str) -> None:
+def test_one_node_is_the_in_process_run(data_dir: str) -> None:
     local = train_federated(dataset="ml-100k", data_dir=data_dir, config=CONFIG, progress=False)
     one = run_simulation(dataset="ml-100k", data_dir=data_dir, config=CONFIG, num_nodes=1)
     assert one["users"] == 38 and one["aggregation_rounds"] == 12
     # the same samples, the same batched arithmetic, the same aggregation: the same numbers
     assert one["hit_rate"] == local.final.hit_rate
     assert one["ndcg"] == pytest.approx(local.final.ndcg, abs=1e-12)
-    two = run_simulation(dataset="ml-100k", data_dir=data_dir, config=CONFIG, num_nodes=2)
-    assert two["users"] == 38  # federated evaluation covers every user once
-    assert abs(two["hit_rate"] - local.final.hit_rate) <= 0.1
-    assert abs(two["ndcg"] - local.final.ndcg) <= 0.05
 
 
 def test_users_are_sharded_and_uploads_combine_in_order() -> None:
@@ -162,21 +158,20 @@ def _combine_updates(parts: list[ClientUpdates]) -> ClientUpdates:
     )  # fmt: skip
 
 
-def test_flower_secagg_plus_gives_the_plain_aggregate_up_to_its_quantisation(
-    data_dir: str,
-) -> None:
-    config = FedNCFConfig(aggregation_rounds=1, clients_per_round=10, eval_every=0, seed=0)
-    plain = run_simulation(data_dir=data_dir, config=config, num_nodes=3, return_model=True)
+def test_three_nodes_and_secagg_plus_give_the_plain_aggregate(data_dir: str) -> None:
+    one_round = FedNCFConfig(aggregation_rounds=1, clients_per_round=10, eval_every=0, seed=0)
+    first = run_simulation(data_dir=data_dir, config=one_round, num_nodes=3, return_model=True)
+    assert first["users"] == 38  # federated evaluation covers every user once
     secure = run_simulation(
-        data_dir=data_dir, config=config, num_nodes=3, secure=True, return_model=True
+        data_dir=data_dir, config=one_round, num_nodes=3, secure=True, return_model=True
     )
     assert secure["secure"] and secure["dropped_nodes"] == 0
-    changed = np.abs(plain["items"] - _initial_items(data_dir)).max()
-    error = np.abs(plain["items"] - secure["items"]).max()
+    changed = np.abs(first["items"] - _initial_items(data_dir)).max()
+    error = np.abs(first["items"] - secure["items"]).max()
     # SecAgg+ quantises each scaled value to 2 * 8 / 2^30 with 3 nodes: errors below 1e-6 after
     # unscaling, far below the round's own change of the table
     assert 0 < error < 1e-5 < changed
-    assert np.abs(plain["network"] - secure["network"]).max() < 1e-5
+    assert np.abs(first["network"] - secure["network"]).max() < 1e-5
 
 
 def _initial_items(data_dir: str) -> np.ndarray:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 
 import numpy as np
 import pytest
@@ -177,20 +178,23 @@ def test_unsupported_settings_are_refused(folder: str) -> None:
         run_simulation(data_dir=folder, clustering=FELClustering("feature", features=("zodiac",)))
 
 
-def test_a_loopback_deployment_with_two_nodes(folder: str, data: ClickData) -> None:
-    config = FedConfig(rounds=1, sample_rate=0.2, seed=0)
-    local = train_federated(data, CLUSTERING.assign(data), config)
-    result = run_deployment(
+def test_the_deployed_apps_read_their_job_from_the_run_configuration() -> None:
+    """`flwr run` imports the module-level apps; they read the job `run_deployment` wrote into
+    the run configuration (the loopback deployment itself is tested with FedNCF's apps, which
+    share the launcher: tests/test_flower_fedncf.py)."""
+    from fedrec.federation import flower_fel
+    from fedrec.federation.flower_common import JOB_KEY
+
+    job = FELJob(
         data="taobao-synthetic",
-        data_dir=folder,
+        data_dir="/tmp/x",
         clustering=CLUSTERING,
-        config=config,
+        config=FedConfig(rounds=3, seed=2),
         num_nodes=2,
-        over_arch_iterations=10,
-        timeout=600,
+        result_path="/tmp/result.json",
     )
-    # a node sent users it does not host fails the run; the first selection is the server's
-    assert result["nodes"] == 2 and result["client_updates"] == local.client_updates
-    assert result["loss_history"][0] == pytest.approx(local.loss_history[0], abs=1e-6)
-    scores, _ = ensemble_aucs(data, local, over_arch_iterations=10, seed=0)
-    assert abs(result["auc"]["route"] - scores["route"]) < 0.05
+    context = types.SimpleNamespace(run_config={JOB_KEY: job.to_json()})
+    assert FELJob.of(context) == job
+    assert callable(flower_fel.server_app) and callable(flower_fel.client_app)
+    with pytest.raises(ValueError, match="fedrec flower"):
+        FELJob.of(types.SimpleNamespace(run_config={}))

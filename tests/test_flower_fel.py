@@ -22,7 +22,6 @@ from fedrec.federation.flower_fel import (
     Uploads,
     aggregate,
     combine_uploads,
-    digest,
     local_round,
     node_of,
     noise_multiplier_of,
@@ -36,7 +35,6 @@ from fedrec.train.fel import (
     FedConfig,
     LeafConfig,
     client_schedules,
-    ensemble_aucs,
     flatten,
     init_params,
     train_federated,
@@ -57,24 +55,8 @@ def data(folder: str) -> ClickData:
     return click_data_from_taobao(folder)
 
 
-def test_one_node_is_the_in_process_run_bit_for_bit(folder: str, data: ClickData) -> None:
-    # without DP, with the fill of empty clusters: selection, fills and schedules share the
-    # server's generator, which the one node continues
-    config = FedConfig(rounds=4, sample_rate=0.2, seed=1)
-    local = train_federated(data, CLUSTERING.assign(data), config)
-    scores, _ = ensemble_aucs(data, local, over_arch_iterations=20, seed=config.seed)
-    one = run_simulation(
-        data="taobao-synthetic",
-        data_dir=folder,
-        clustering=CLUSTERING,
-        config=config,
-        num_nodes=1,
-        over_arch_iterations=20,
-    )
-    assert one["leaves_sha256"] == digest(flatten(local.params))
-    assert one["auc"] == scores and one["client_updates"] == local.client_updates
-    assert one["loss_history"] == local.loss_history
-    assert one["num_clusters"] == 15 and one["epsilon"] is None
+# One node is train_federated bit for bit (identical leaves): the "FEL on Flower" example of
+# docs/fel.md asserts it, and tests/test_docs.py runs it (one Ray start, not two).
 
 
 @pytest.mark.parametrize(

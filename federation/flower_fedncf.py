@@ -211,16 +211,7 @@ def make_client_app(job: FedNCFJob | None = None):
         items, network, users = msg.content["arrays"].to_numpy_ndarrays()
         r = int(msg.content["config"]["round"])
         updates, examples = train_shard(context, this, items, network, users, r)
-        arrays = ArrayRecord(
-            [
-                np.asarray(updates.clients, np.int64),
-                np.asarray(updates.num_samples, np.int64),
-                updates.network.numpy(),
-                updates.row_client.numpy(),
-                updates.row_item.numpy(),
-                updates.item_rows.numpy(),
-            ]
-        )
+        arrays = ArrayRecord(upload_arrays(updates))
         metrics = MetricRecord(
             {
                 "clients": len(users),
@@ -441,6 +432,18 @@ def make_server_app(job: FedNCFJob | None = None):
 #: The apps ``flwr run`` deploys (they read the job from the run configuration).
 server_app = make_server_app()
 client_app = make_client_app()
+
+
+def upload_arrays(updates: ClientUpdates) -> list[np.ndarray]:
+    """A node's uploads as the arrays of its reply (the inverse of :func:`_combine`'s input)."""
+    return [
+        np.asarray(updates.clients, np.int64),
+        np.asarray(updates.num_samples, np.int64),
+        updates.network.numpy(),
+        updates.row_client.numpy(),
+        updates.row_item.numpy(),
+        updates.item_rows.numpy(),
+    ]
 
 
 def _combine(parts: Sequence[Sequence[np.ndarray]], num_items: int) -> ClientUpdates:

@@ -18,7 +18,13 @@ pytest.importorskip("flwr")
 from fedrec.envs.datasets.synthetic import write_ml100k
 from fedrec.federation.aggregators import ClientUpdates, MFFedAvg
 from fedrec.federation.flower_deploy import deploy
-from fedrec.federation.flower_fedncf import _combine, node_of, run_deployment, run_simulation
+from fedrec.federation.flower_fedncf import (
+    _combine,
+    node_of,
+    run_deployment,
+    run_simulation,
+    upload_arrays,
+)
 from fedrec.federation.flower_secagg import mf_fedavg_from_sums, secure_vector
 from fedrec.train.fedncf import FedNCFConfig, train_federated
 
@@ -143,14 +149,7 @@ def test_secagg_sums_rebuild_mf_fedavg_and_out_of_range_values_are_refused() -> 
 
 
 def _combine_updates(parts: list[ClientUpdates]) -> ClientUpdates:
-    return _combine(
-        [
-            [u.clients, u.num_samples, u.network.numpy(), u.row_client.numpy(),
-             u.row_item.numpy(), u.item_rows.numpy()]
-            for u in parts
-        ],
-        num_items=parts[0].num_items,
-    )  # fmt: skip
+    return _combine([upload_arrays(u) for u in parts], num_items=parts[0].num_items)
 
 
 def test_three_nodes_with_secagg_plus_give_the_plain_aggregate(data_dir: str) -> None:
@@ -201,16 +200,7 @@ def _plain_first_round(data_dir: str, config: FedNCFConfig, *, num_nodes: int):
             lr=config.lr,
             batch_size=config.batch_size,
         )
-        parts.append(
-            [
-                np.asarray(updates.clients, np.int64),
-                np.asarray(updates.num_samples, np.int64),
-                updates.network.numpy(),
-                updates.row_client.numpy(),
-                updates.row_item.numpy(),
-                updates.item_rows.numpy(),
-            ]
-        )
+        parts.append(upload_arrays(updates))
     return MFFedAvg().aggregate(
         items=items, network=network, updates=_combine(parts, data.num_items)
     )

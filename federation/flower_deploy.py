@@ -121,9 +121,11 @@ class _Processes:
         self.started.append((name, process))
         return process
 
-    def check_alive(self) -> None:
+    def check_alive(self, *, expected_to_end: subprocess.Popen | None = None) -> None:
+        """Raise, with its log's end, if a started process (other than ``expected_to_end``)
+        has exited."""
         for name, process in self.started:
-            if process.poll() is not None:
+            if process is not expected_to_end and process.poll() is not None:
                 raise RuntimeError(
                     f"{name} exited with code {process.returncode}:\n{self.tail(name)}"
                 )
@@ -261,11 +263,7 @@ def deploy(
             while run.poll() is None:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"the Flower run took longer than {timeout} s")
-                for name, process in processes.started:
-                    if process is not run and process.poll() is not None:
-                        raise RuntimeError(
-                            f"{name} exited with code {process.returncode}:\n{processes.tail(name)}"
-                        )
+                processes.check_alive(expected_to_end=run)
                 time.sleep(0.2)
             if not result_path.is_file():
                 raise RuntimeError(

@@ -102,8 +102,7 @@ def run_flower(args: argparse.Namespace) -> int:
     from fedrec.agents.ncf import NCFConfig
     from fedrec.train.fedncf import FedNCFConfig
 
-    if importlib.util.find_spec("flwr") is None:  # pragma: no cover - a test dependency
-        raise ValueError("Flower is not installed: pip install 'fedrec[flower]'")
+    _require_flower()
     from fedrec.federation import flower_fedncf
 
     config = FedNCFConfig(
@@ -164,8 +163,7 @@ def run_flower(args: argparse.Namespace) -> int:
 def run_fel(args: argparse.Namespace) -> int:
     from fedrec.train.fel import DPConfig, FedConfig
 
-    if importlib.util.find_spec("flwr") is None:  # pragma: no cover - a test dependency
-        raise ValueError("Flower is not installed: pip install 'fedrec[flower]'")
+    _require_flower()
     from fedrec.federation import flower_fel
 
     dp = None
@@ -215,3 +213,8 @@ def run_fel(args: argparse.Namespace) -> int:
             f"{'identical' if same else 'differ'}"
         )
     return 0
+
+
+def _require_flower() -> None:
+    if importlib.util.find_spec("flwr") is None:  # pragma: no cover - a test dependency
+        raise ValueError("Flower is not installed: pip install 'fedrec[flower]'")

@@ -40,7 +40,7 @@ import numpy as np
 
 MODELS = ("gmf", "mlp", "neumf")
 PLAIN_AGGREGATORS = ("simpleavg", "fedavg", "mf-fedavg")
-CLIENT_OPTIMIZERS = ("fresh", "persistent")
+CLIENT_OPTIMIZERS = ("federated", "persistent", "fresh")
 LABELS = {"simpleavg": "SimpleAvg", "fedavg": "FedAvg", "mf-fedavg": "MF-FedAvg"}
 
 
@@ -70,8 +70,9 @@ class BenchFedNCFConfig:
     """evaluate every this many global rounds."""
     batch_size: int = 64
     """local mini-batch size."""
-    client_optimizer: str = "fresh"
-    """fresh: a new Adam every participation; persistent: clients keep their Adam state."""
+    client_optimizer: str = "federated"
+    """federated: the Adam state of items and network is aggregated like the weights (default);
+    persistent: clients keep their own Adam state; fresh: a new Adam every participation."""
     central_epochs: int = 20
     """epochs of the centralised upper bound."""
     secagg_rounds: int = 3
@@ -681,9 +682,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--client-optimizer",
         choices=CLIENT_OPTIMIZERS,
-        default="fresh",
-        help="fresh: a new Adam every participation (default); persistent: each client keeps its "
-        "Adam moments and step count across its participations",
+        default="federated",
+        help="federated (default): the Adam state of the item rows and network is sent, continued "
+        "and aggregated like the weights; persistent: each client keeps its own Adam state across "
+        "its participations; fresh: a new Adam every participation (the paper's literal reading)",
     )
     parser.add_argument("--jobs", type=int, default=1, help="training runs in parallel (processes)")
     parser.add_argument(

@@ -69,7 +69,7 @@ def _fedncf(data_dir: Path):
     def run(out: Path | None, *, seed: int = 3, resume: bool = False, progress: bool = False):
         config = FedNCFConfig(
             model=NCFConfig(model="neumf"), global_rounds=4, clients_per_round=10, eval_every=1,
-            client_optimizer="persistent", seed=seed,
+            client_optimizer="federated", seed=seed,
         )  # fmt: skip
         return train_federated(
             dataset="ml-100k", data_dir=data_dir, config=config, out_dir=out, resume=resume,

@@ -62,6 +62,13 @@ BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
 # Configurations and results
 
 
+#: The arrays of a checkpointed :class:`FederatedOptimizerState`.
+FEDERATED_STATE = ("user_moments", "network_moments", "item_moments")
+
+#: How a client's Adam state lives between participations (:attr:`FedNCFConfig.client_optimizer`).
+CLIENT_OPTIMIZERS: tuple[str, ...] = ("federated", "persistent", "fresh")
+
+
 @dataclass(frozen=True)
 class FedNCFConfig:
     """One federated training run (defaults: FedNCF on ML-100K)."""
@@ -92,9 +99,17 @@ class FedNCFConfig:
     """seeds initialisation, client selection and local sampling."""
     simulation: Literal["batched", "reference"] = "batched"
     """client simulation: stacked batched tensors, or the per-client reference loop."""
-    client_optimizer: Literal["fresh", "persistent"] = "fresh"
-    """fresh: a new Adam every participation (docs/fedncf.md, "Federated protocol and units"); persistent: each client keeps its
-    Adam moments and step count across its participations, client-side state that never leaves it."""
+    client_optimizer: Literal["federated", "persistent", "fresh"] = "federated"
+    """federated: the Adam state of the item rows and network is federated like the weights (sent
+    with them, continued by the clients, aggregated by the server's rule) and each user row's stays
+    on its client (:class:`FederatedOptimizerState`; the best measured); persistent: each client
+    keeps its own Adam state across its participations; fresh: a new Adam every participation
+    (the paper's literal reading; docs/fedncf.md, "Client optimiser state")."""
+    selection: Literal["permutation", "cohorts"] = "permutation"
+    """client selection: "permutation" splits a fresh random permutation of the clients into the
+    aggregation rounds of every global round; "cohorts" draws that split once, at the first
+    global round, and afterwards only shuffles the order of the same groups (fixed cohorts: with
+    MF-SecAvg each pair of neighbours agrees on a key once per run, docs/secure_aggregation.md)."""
 
     def __post_init__(self) -> None:
         if self.aggregator.lower() not in AGGREGATOR_NAMES:
@@ -123,9 +138,13 @@ class FedNCFConfig:
             raise ValueError(
                 f"simulation must be 'batched' or 'reference', got {self.simulation!r}"
             )
-        if self.client_optimizer not in ("fresh", "persistent"):
+        if self.client_optimizer not in CLIENT_OPTIMIZERS:
             raise ValueError(
-                f"client_optimizer must be 'fresh' or 'persistent', got {self.client_optimizer!r}"
+                f"client_optimizer must be one of {CLIENT_OPTIMIZERS}, got {self.client_optimizer!r}"
+            )
+        if self.selection not in ("permutation", "cohorts"):
+            raise ValueError(
+                f"selection must be 'permutation' or 'cohorts', got {self.selection!r}"
             )
 
     def rounds_per_global(self, num_users: int) -> int:
@@ -412,6 +431,200 @@ class ClientOptimizerStore:
             self._corrections = np.concatenate([self._corrections, np.array(more)], 1)
         return self._corrections[0].take(steps), self._corrections[1].take(steps)
 
+    def load(
+        self, users: np.ndarray, row_client: np.ndarray, row_item: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The round's starting Adam state: (C, D) m and v of the stacked ``users``' [user row |
+        network], (R, 2E) [m | v] of the flat item rows (client ``users[row_client]``, item
+        ``row_item``) and each client's step count so far (C,)."""
+        rows = users[row_client] * self.item_moments.shape[1] + row_item
+        item_mv = self.item_moments.reshape(-1, self.item_moments.shape[2]).take(rows, axis=0)
+        return self.dense_m[users], self.dense_v[users], item_mv, self.steps[users]
+
+    def save(
+        self,
+        users: np.ndarray,
+        row_client: np.ndarray,
+        row_item: np.ndarray,
+        *,
+        dense_m: np.ndarray,
+        dense_v: np.ndarray,
+        item_mv: np.ndarray,
+        local_steps: np.ndarray,
+    ) -> None:
+        """Keep the round's final Adam state on its clients (the inverse of :meth:`load`)."""
+        rows = users[row_client] * self.item_moments.shape[1] + row_item
+        self.item_moments.reshape(-1, self.item_moments.shape[2])[rows] = item_mv
+        self.dense_m[users], self.dense_v[users] = dense_m, dense_v
+        self.steps[users] += local_steps
+
+
+class FederatedOptimizerState(ClientOptimizerStore):
+    """The Adam state of the shared parameters, federated like them (``client_optimizer="federated"``).
+
+    Why: with a client-owned Adam (fresh or persistent) every client divides its gradients by its
+    own second moments, so each client's first steps on a row are about lr·sign(g) however small
+    g is, and the average of 20 such sign-like steps is not an Adam step of the average gradient.
+    FedMLP's item rows then drift (docs/fedncf.md, "Client optimiser state"). Here the server keeps
+    the moments [m | v] of every item row and of the network and one step count, and sends them
+    with the weights; each client continues Adam from them over its local steps and uploads its
+    moments with its weights; the server aggregates them with the round's rule (MF-FedAvg: an item
+    row's moments over the clients that touched it; the network's weighted by n_k) and advances the
+    count by the round's longest client. A user row's moments are private and stay on its client,
+    like the row. With one client per round this is one Adam over all clients' batches in turn.
+
+    The moments travel as columns appended to the item table and network (download and upload
+    three times the weights); they are functions of the clients' gradients like the weights, so
+    they take the same aggregation path as the weights.
+    """
+
+    def __init__(self, config: NCFConfig, *, num_users: int, num_items: int) -> None:
+        width = config.item_width
+        self.step_count = 0
+        """global Adam step count (advanced by the longest client of each round)."""
+        self.user_moments = np.zeros((num_users, 2 * width), np.float32)
+        """(U, 2E) [m | v] of each client's private user row (never sent)."""
+        self.network_moments = np.zeros(2 * config.network_size, np.float32)
+        """(2N,) the global [m | v] of the network weights."""
+        self.item_moments = np.zeros((num_items, 2 * width), np.float32)
+        """(I, 2E) the global [m | v] of every item row."""
+        self.uploads: tuple[np.ndarray, np.ndarray, int] | None = None
+        """the last round's (C, 2N) network [m | v], (R, 2E) item-row [m | v] and longest client."""
+        self.torch_states: dict[int, list[dict]] = {}
+        self._corrections = np.ones((2, 1))
+
+    def load(
+        self, users: np.ndarray, row_client: np.ndarray, row_item: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        width = self.user_moments.shape[1] // 2
+        network_m, network_v = np.split(self.network_moments, 2)
+        user = self.user_moments[users]
+        c = len(users)
+        dense_m = np.concatenate(
+            [user[:, :width], np.broadcast_to(network_m, (c, network_m.size))], 1
+        )
+        dense_v = np.concatenate(
+            [user[:, width:], np.broadcast_to(network_v, (c, network_v.size))], 1
+        )
+        steps = np.full(c, self.step_count, np.int64)
+        return dense_m, dense_v, self.item_moments.take(row_item, axis=0), steps
+
+    def save(
+        self,
+        users: np.ndarray,
+        row_client: np.ndarray,
+        row_item: np.ndarray,
+        *,
+        dense_m: np.ndarray,
+        dense_v: np.ndarray,
+        item_mv: np.ndarray,
+        local_steps: np.ndarray,
+    ) -> None:
+        width = self.user_moments.shape[1] // 2
+        self.user_moments[users] = np.concatenate([dense_m[:, :width], dense_v[:, :width]], 1)
+        network_mv = np.concatenate([dense_m[:, width:], dense_v[:, width:]], 1)
+        self.uploads = (network_mv, np.array(item_mv, np.float32), int(local_steps.max()))
+
+    def _table_columns(self, model: NCF) -> list[tuple[torch.nn.Parameter, bool, slice]]:
+        """(weight, is the user table, its columns in the combined [GMF | MLP] rows) per table."""
+        gmf, mlp = model.config.gmf_dim, model.config.mlp_dim
+        tables = (
+            (model.user_gmf, True, slice(0, gmf)),
+            (model.item_gmf, False, slice(0, gmf)),
+            (model.user_mlp, True, slice(gmf, gmf + mlp)),
+            (model.item_mlp, False, slice(gmf, gmf + mlp)),
+        )
+        return [(table.weight, user, cols) for table, user, cols in tables if table is not None]
+
+    def start_client(self, model: NCF, optimizers: list[torch.optim.Optimizer], user: int) -> None:
+        """Set a reference client's (SparseAdam, Adam) state from the global moments and its
+        private user row's (the torch.optim form of :meth:`load`)."""
+        width = self.user_moments.shape[1] // 2
+        item_m, item_v = self.item_moments[:, :width], self.item_moments[:, width:]
+        user_m, user_v = (
+            self.user_moments[user : user + 1, :width],
+            self.user_moments[user : user + 1, width:],
+        )
+        for weight, is_user, cols in self._table_columns(model):
+            m, v = (user_m, user_v) if is_user else (item_m, item_v)
+            optimizers[0].state[weight] = {
+                "step": self.step_count,
+                "exp_avg": torch.from_numpy(m[:, cols].copy()),
+                "exp_avg_sq": torch.from_numpy(v[:, cols].copy()),
+            }
+        network_m, network_v = np.split(self.network_moments, 2)
+        at = 0
+        for param in model.network_parameters():
+            n = param.numel()
+            optimizers[1].state[param] = {
+                "step": torch.tensor(float(self.step_count)),
+                "exp_avg": torch.from_numpy(network_m[at : at + n].reshape(param.shape).copy()),
+                "exp_avg_sq": torch.from_numpy(network_v[at : at + n].reshape(param.shape).copy()),
+            }
+            at += n
+
+    def finish_client(
+        self,
+        model: NCF,
+        optimizers: list[torch.optim.Optimizer],
+        user: int,
+        touched: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """Keep a reference client's user-row moments; return its uploads: the network's [m | v]
+        (2N,), the touched item rows' [m | v] (R_k, 2E) and its number of local steps."""
+        width = self.user_moments.shape[1] // 2
+        rows = torch.from_numpy(touched)
+        item_mv = np.zeros((len(touched), 2 * width), np.float32)
+        steps = 0
+        for weight, is_user, cols in self._table_columns(model):
+            state = optimizers[0].state[weight]
+            steps = int(state["step"]) - self.step_count
+            m, v = state["exp_avg"], state["exp_avg_sq"]
+            if is_user:
+                self.user_moments[user, cols] = m[0].numpy()
+                self.user_moments[user, width + cols.start : width + cols.stop] = v[0].numpy()
+            else:
+                item_mv[:, cols] = m[rows].numpy()
+                item_mv[:, width + cols.start : width + cols.stop] = v[rows].numpy()
+        states = [optimizers[1].state[p] for p in model.network_parameters()]
+        network_mv = torch.cat(
+            [torch.cat([s[key].reshape(-1) for s in states]) for key in ("exp_avg", "exp_avg_sq")]
+        )
+        return network_mv.numpy(), item_mv, steps
+
+    def aggregate(
+        self,
+        aggregator: Any,
+        *,
+        items: torch.Tensor,
+        network: torch.Tensor,
+        updates: ClientUpdates,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Aggregate the round's weights and moments in one call of ``aggregator`` (the moments as
+        extra columns), keep the new global moments and return the new (items, network)."""
+        if self.uploads is None:
+            raise RuntimeError("no round trained since the last aggregation")
+        network_mv, item_mv, longest = self.uploads
+        self.uploads = None
+        width, size = items.shape[1], network.shape[0]
+        joint = dataclasses.replace(
+            updates,
+            network=torch.cat([updates.network, torch.from_numpy(network_mv)], 1),
+            item_rows=torch.cat([updates.item_rows, torch.from_numpy(item_mv)], 1),
+        )
+        new_items, new_network = aggregator.aggregate(
+            items=torch.cat([items, torch.from_numpy(self.item_moments)], 1),
+            network=torch.cat([network, torch.from_numpy(self.network_moments)]),
+            updates=joint,
+        )
+        self.item_moments = new_items[:, width:].numpy().copy()
+        self.network_moments = new_network[size:].numpy().copy()
+        # second moments are means of non-negative values; keep rounding from making one negative
+        np.maximum(self.item_moments[:, width:], 0, out=self.item_moments[:, width:])
+        np.maximum(self.network_moments[size:], 0, out=self.network_moments[size:])
+        self.step_count += longest
+        return new_items[:, :width].contiguous(), new_network[:size].contiguous()
+
 
 def _adam_factors(
     bc1: np.ndarray, bc2: np.ndarray, *, lr: float
@@ -446,6 +659,8 @@ def train_round_reference(
     previous participation (fresh ones otherwise) and save theirs after training.
     """
     networks, new_rows, row_client, row_item, item_rows = [], [], [], [], []
+    moment_uploads: list[tuple[np.ndarray, np.ndarray, int]] = []
+    federated = isinstance(optimizer_store, FederatedOptimizerState)
     num_items = items.shape[0]
     for k in range(len(round_samples.users)):
         epochs = round_samples.client_epochs(k)
@@ -453,7 +668,9 @@ def train_round_reference(
         model.load_federated(user_table=user_rows[k : k + 1], item_table=items, network=network)
         optimizers = make_optimizers(model, lr=lr)
         client_id = int(round_samples.users[k])
-        if optimizer_store is not None and client_id in optimizer_store.torch_states:
+        if federated:
+            optimizer_store.start_client(model, optimizers, client_id)
+        elif optimizer_store is not None and client_id in optimizer_store.torch_states:
             saved = optimizer_store.torch_states[client_id]
             for optimizer, state in zip(optimizers, saved, strict=True):
                 optimizer.load_state_dict(state)
@@ -466,9 +683,13 @@ def train_round_reference(
             loss.backward()
             for optimizer in optimizers:
                 optimizer.step()
-        if optimizer_store is not None:
-            optimizer_store.torch_states[client_id] = [o.state_dict() for o in optimizers]
         touched = np.unique(np.concatenate([e[0] for e in epochs]))
+        if federated:
+            moment_uploads.append(
+                optimizer_store.finish_client(model, optimizers, client_id, touched)
+            )
+        elif optimizer_store is not None:
+            optimizer_store.torch_states[client_id] = [o.state_dict() for o in optimizers]
         networks.append(model.network_vector())
         new_rows.append(model.user_table()[0])
         row_client.append(np.full(len(touched), k))
@@ -483,6 +704,9 @@ def train_round_reference(
         item_rows=torch.cat(item_rows),
         num_items=num_items,
     )
+    if federated:
+        network_mv, item_mv, steps = zip(*moment_uploads, strict=True)
+        optimizer_store.uploads = (np.stack(network_mv), np.concatenate(item_mv), max(steps))
     return updates, torch.stack(new_rows)
 
 
@@ -897,16 +1121,15 @@ def train_round_batched(
     if optimizer_store is not None:
         stack_users = round_samples.users[plan.order]
         local_steps = (plan.active[:, None] > np.arange(c)[None, :]).sum(0)  # per stack slot
-        moments[:, :d] = optimizer_store.dense_m[stack_users]
-        moments[:, d:] = optimizer_store.dense_v[stack_users]
-        # the clients' [m | v] of their flat-table rows, as rows of a (U * I, 2E) view
-        item_moments = optimizer_store.item_moments.reshape(-1, 2 * width)
-        moment_rows = stack_users[plan.row_client] * num_items + plan.row_item
-        stored = item_moments.take(moment_rows, axis=0)
+        dense_m, dense_v, stored, steps_so_far = optimizer_store.load(
+            stack_users, plan.row_client, plan.row_item
+        )
+        moments[:, :d], moments[:, d:] = dense_m, dense_v
+        # the clients' [m | v] of their flat-table rows
         state[1, :-1], state[2, :-1] = stored[:, :width], stored[:, width:]
         state[1:, -1] = 0
         # (T, C) step counts and Adam factors; each distinct row's step size, for all steps
-        counts = optimizer_store.steps[stack_users] + np.arange(1, total_steps + 1)[:, None]
+        counts = steps_so_far + np.arange(1, total_steps + 1)[:, None]
         item_lr, dense_lr, sqrt_bc2s, user_eps = _adam_factors(
             *optimizer_store.bias_corrections(counts), lr=lr
         )
@@ -997,10 +1220,15 @@ def train_round_batched(
             step_dense /= denom
             v.x -= step_dense
     if optimizer_store is not None:
-        optimizer_store.steps[stack_users] += local_steps
-        optimizer_store.dense_m[stack_users] = moments[:, :d]
-        optimizer_store.dense_v[stack_users] = moments[:, d:]
-        item_moments[moment_rows] = np.concatenate([state[1, :-1], state[2, :-1]], 1)
+        optimizer_store.save(
+            stack_users,
+            plan.row_client,
+            plan.row_item,
+            dense_m=moments[:, :d],
+            dense_v=moments[:, d:],
+            item_mv=np.concatenate([state[1, :-1], state[2, :-1]], 1),
+            local_steps=local_steps,
+        )
     updates = ClientUpdates(
         clients=round_samples.users[plan.order],
         num_samples=round_samples.samples[plan.order],
@@ -1104,10 +1332,13 @@ class FedNCFTrainer(Trainer):
             {"engine": _BatchedNetwork(config.model)} if config.simulation == "batched" else {}
         )
         self.optimizer_store: ClientOptimizerStore | None = None
-        if config.client_optimizer == "persistent":
-            self.optimizer_store = ClientOptimizerStore(
-                config.model, num_users=self.num_users, num_items=num_items
+        if config.client_optimizer != "fresh":
+            kind = (
+                FederatedOptimizerState
+                if config.client_optimizer == "federated"
+                else ClientOptimizerStore
             )
+            self.optimizer_store = kind(config.model, num_users=self.num_users, num_items=num_items)
             self.extra["optimizer_store"] = self.optimizer_store
         self.rounds_done = 0
         self.history: list[EvalPoint] = []
@@ -1171,7 +1402,9 @@ class FedNCFTrainer(Trainer):
 
         c, r, per_global = self.config, self.rounds_done, self.per_global
         start = time.perf_counter()
-        if r % per_global == 0:
+        if r % per_global == 0 and c.selection == "cohorts" and len(self.groups) == per_global:
+            self.groups = [self.groups[i] for i in self.selection_rng.permutation(per_global)]
+        elif r % per_global == 0:
             self.groups = np.array_split(self.selection_rng.permutation(self.num_users), per_global)
         users = np.sort(self.groups[r % per_global])
         round_samples = sample_round(
@@ -1195,10 +1428,16 @@ class FedNCFTrainer(Trainer):
         self.participations += len(updates.num_samples)
         self.samples += int(np.sum(updates.num_samples))
         agg_start = time.perf_counter()
+        store = self.optimizer_store
         try:
-            self.items, self.network = self.aggregator.aggregate(
-                items=self.items, network=self.network, updates=updates
-            )
+            if isinstance(store, FederatedOptimizerState):
+                self.items, self.network = store.aggregate(
+                    self.aggregator, items=self.items, network=self.network, updates=updates
+                )
+            else:
+                self.items, self.network = self.aggregator.aggregate(
+                    items=self.items, network=self.network, updates=updates
+                )
         except SecAggAborted:
             self.aborted += 1
         now = time.perf_counter()
@@ -1246,20 +1485,28 @@ class FedNCFTrainer(Trainer):
 
     def component_states(self) -> dict[str, Any]:
         store = self.optimizer_store
+        saved: dict[str, Any] | None = None
+        if isinstance(store, FederatedOptimizerState):
+            saved = {
+                "step_count": store.step_count,
+                "user_moments": store.user_moments,
+                "network_moments": store.network_moments,
+                "item_moments": store.item_moments,
+            }
+        elif store is not None:
+            saved = {
+                "steps": store.steps,
+                "dense_m": store.dense_m,
+                "dense_v": store.dense_v,
+                "item_moments": store.item_moments,
+                "torch_states": {str(k): v for k, v in store.torch_states.items()},
+            }
         return {
             "agent": {
                 "user_store": self.user_store,
                 "items": self.items,
                 "network": self.network,
-                "optimizer_store": None
-                if store is None
-                else {
-                    "steps": store.steps,
-                    "dense_m": store.dense_m,
-                    "dense_v": store.dense_v,
-                    "item_moments": store.item_moments,
-                    "torch_states": {str(k): v for k, v in store.torch_states.items()},
-                },
+                "optimizer_store": saved,
             }
         }
 
@@ -1272,13 +1519,28 @@ class FedNCFTrainer(Trainer):
                     f"checkpoint: {name} has shape {tuple(saved.shape)}, this run's data set "
                     f"gives {tuple(current.shape)}"
                 )
+        store, saved = self.optimizer_store, agent["optimizer_store"]
+        arrays: dict[str, np.ndarray] = {}
+        if isinstance(store, FederatedOptimizerState):  # checked before anything is replaced
+            if not isinstance(saved, Mapping) or not {"step_count", *FEDERATED_STATE} <= set(saved):
+                raise ValueError("checkpoint: no federated optimizer state for this run")
+            arrays = {name: np.array(saved[name], np.float32) for name in FEDERATED_STATE}
+            for name, array in arrays.items():
+                if array.shape != getattr(store, name).shape:
+                    raise ValueError(
+                        f"checkpoint: optimizer state {name} has shape {array.shape}, this run "
+                        f"needs {getattr(store, name).shape}"
+                    )
         self.user_store, self.items, self.network = (
             agent["user_store"].clone(),
             agent["items"].clone(),
             agent["network"].clone(),
         )
-        store, saved = self.optimizer_store, agent["optimizer_store"]
-        if store is not None:
+        if isinstance(store, FederatedOptimizerState):
+            store.step_count = int(saved["step_count"])
+            for name, array in arrays.items():
+                setattr(store, name, array)
+        elif store is not None:
             store.steps = np.array(saved["steps"])
             store.dense_m = np.array(saved["dense_m"])
             store.dense_v = np.array(saved["dense_v"])

@@ -216,7 +216,10 @@ class Simulation:
 
     def __init__(self, model: str, clients: ClientData, clients_per_round: int, seed: int) -> None:
         self.config = FedNCFConfig(
-            model=NCFConfig(model=model), clients_per_round=clients_per_round, seed=seed
+            client_optimizer="fresh",
+            model=NCFConfig(model=model),
+            clients_per_round=clients_per_round,
+            seed=seed,
         )
         self.clients = clients
         self.num_users = len(clients.train_indptr) - 1

@@ -68,7 +68,9 @@ def load() -> float:
 
 
 def trainer(dataset: str, data_dir: str | None, model: str, rounds: int, threads: int) -> Any:
-    config = FedNCFConfig(model=NCFConfig(model=model), global_rounds=rounds, eval_every=0)
+    config = FedNCFConfig(
+        client_optimizer="fresh", model=NCFConfig(model=model), global_rounds=rounds, eval_every=0
+    )
     run = FedNCFTrainer(dataset=dataset, config=config, data_dir=data_dir, progress=False)
     run.torch_threads = threads  # Trainer.run sets it (1 by default)
     return run

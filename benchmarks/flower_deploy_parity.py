@@ -38,6 +38,7 @@ def main() -> None:
     runs = {}
     for seed in args.seeds:
         config = FedNCFConfig(
+            client_optimizer="fresh",
             model=NCFConfig(model="gmf"),
             global_rounds=args.global_rounds,
             clients_per_round=args.clients_per_round,

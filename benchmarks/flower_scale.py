@@ -73,6 +73,7 @@ def in_process(users: int, clients_per_round: int, rounds: int) -> dict:
 
 def on_flower(engine: str, users: int, clients_per_round: int, rounds: int, nodes: int) -> dict:
     config = FedNCFConfig(
+        client_optimizer="fresh",
         model=NCFConfig(model="gmf"),
         aggregation_rounds=rounds,
         clients_per_round=clients_per_round,

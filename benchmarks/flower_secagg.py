@@ -59,7 +59,13 @@ def main() -> None:
     common = {"dataset": "ml-100k", "data_dir": data_dir, "num_nodes": args.nodes}
     model = NCFConfig(model="gmf")
 
-    one = FedNCFConfig(model=model, aggregation_rounds=1, eval_every=0, seed=args.seeds[0])
+    one = FedNCFConfig(
+        client_optimizer="fresh",
+        model=model,
+        aggregation_rounds=1,
+        eval_every=0,
+        seed=args.seeds[0],
+    )
     plain = run_simulation(**common, config=one, return_model=True)
     secure = run_simulation(**common, config=one, secure=True, return_model=True)
     again = run_simulation(**common, config=one, secure=True, return_model=True)
@@ -77,7 +83,11 @@ def main() -> None:
     runs = []
     for seed in args.seeds:
         config = FedNCFConfig(
-            model=model, global_rounds=args.global_rounds, eval_every=0, seed=seed
+            client_optimizer="fresh",
+            model=model,
+            global_rounds=args.global_rounds,
+            eval_every=0,
+            seed=seed,
         )
         row = {"seed": seed}
         for name, secure_flag in (("plain", False), ("secagg+", True)):
@@ -89,6 +99,7 @@ def main() -> None:
                 dataset="ml-100k",
                 data_dir=data_dir,
                 config=FedNCFConfig(
+                    client_optimizer="fresh",
                     model=model,
                     aggregator=aggregator,
                     global_rounds=args.global_rounds,

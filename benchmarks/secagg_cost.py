@@ -48,7 +48,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from fedrec.agents.ncf import NCFConfig
 from fedrec.federation.aggregators import Aggregator, ClientUpdates, MFFedAvg
-from fedrec.federation.secagg import MFSecAvg, secure_sum, upload_sizes
+from fedrec.federation.secagg import MFSecAvg, WordRows, mf_secavg_layout, secure_sum, upload_sizes
 from fedrec.federation.secagg_plus import (
     KeyDirectory,
     ThreatModel,
@@ -60,12 +60,31 @@ VARIANTS = ("plain", "complete", "fresh", "reuse", "per_client")
 
 
 def gmf_length(num_items: int = 1682) -> int:
-    """Words of FedGMF's MF-SecAvg plaintext on an ML-100K-sized data set."""
+    """Words of FedGMF's MF-SecAvg plaintext on an ML-100K-sized data set, all 64-bit (the
+    encoding before 32-bit item words and packed counts)."""
     config = NCFConfig(model="gmf")
     sizes = upload_sizes(
         network_size=config.network_size, num_items=num_items, item_width=config.item_width
     )
     return sum(sizes.values())
+
+
+def gmf_layout(num_clients: int = 20, num_items: int = 1682) -> tuple[tuple[str, int], ...]:
+    """The :class:`WordRows` layout of FedGMF's MF-SecAvg plaintext on an ML-100K-sized data set
+    (64-bit network words, 32-bit item deltas, counts packed in 8-bit lanes)."""
+    config = NCFConfig(model="gmf")
+    return mf_secavg_layout(
+        network_size=config.network_size,
+        num_items=num_items,
+        item_width=config.item_width,
+        num_clients=num_clients,
+    )
+
+
+def random_rows(n: int, layout: tuple[tuple[str, int], ...], seed: int) -> WordRows:
+    rows = WordRows.zeros(n, layout)
+    rows.buffer[:] = np.random.default_rng(seed).integers(0, 256, rows.buffer.shape, np.uint8)
+    return rows
 
 
 def x25519_seconds(repeats: int = 200) -> float:
@@ -79,32 +98,42 @@ def x25519_seconds(repeats: int = 200) -> float:
     return statistics.median(times)
 
 
+def keygen_seconds(repeats: int = 200) -> float:
+    """Median seconds of generating one X25519 key pair (a client's enrolment)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        X25519PrivateKey.generate().public_key()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 # ------------------------------------------------------------------------------------------------
 # Part 1
 
 
-def time_round(n: int, length: int, repeats: int, run_complete: bool, seed: int) -> dict:
+def time_round(n: int, layout: tuple, repeats: int, run_complete: bool, seed: int) -> dict:
     """Median seconds (and counts) per variant for one round of ``n`` clients."""
-    rng = np.random.default_rng(seed)
-    vectors = rng.integers(0, 2**64, (n, length), dtype=np.uint64)
-    expected = vectors.sum(axis=0, dtype=np.uint64)
+    rows = random_rows(n, layout, seed)
+    segments = rows.segments()
+    expected = [segment.sum(axis=0, dtype=segment.dtype) for segment in segments]
     keys = {"reuse": KeyDirectory(), "per_client": KeyDirectory()}
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
     counts: dict[str, tuple[int, int]] = {}
     params = ThreatModel().parameters(n)
     for rep in range(repeats):
         start = time.perf_counter()
-        vectors.sum(axis=0, dtype=np.uint64)
+        for segment in segments:
+            segment.sum(axis=0, dtype=segment.dtype)
         times["plain"].append(time.perf_counter() - start)
         if run_complete:
-            rows = list(vectors)
             start = time.perf_counter()
-            result = secure_sum(rows, round_id=rep)
+            result = secure_sum(rows, round_id=rep)  # on the rows widened to 64-bit words
             times["complete"].append(time.perf_counter() - start)
-            assert (result.total == expected).all()
+            assert all((a == b).all() for a, b in zip(result.parts, expected, strict=True))
             counts["complete"] = (result.key_agreements, result.prg_streams)
         for variant in ("fresh", "reuse", "per_client"):
-            work = vectors.copy()  # masked in place, as MF-SecAvg does with its own encoding
+            work = rows.copy()  # masked in place, as MF-SecAvg does with its own encoding
             start = time.perf_counter()
             result = secure_sum_plus(
                 work,
@@ -112,9 +141,10 @@ def time_round(n: int, length: int, repeats: int, run_complete: bool, seed: int)
                 keys=keys.get(variant),
                 per_client=variant == "per_client",
                 overwrite_input=True,
+                graph_seed=bytes(16),  # the same clients meet as the same graph (a cohort)
             )
             times[variant].append(time.perf_counter() - start)
-            assert (result.total == expected).all()
+            assert all((a == b).all() for a, b in zip(result.parts, expected, strict=True))
             counts[variant] = (result.key_agreements, result.prg_streams)
             del work, result
     medians = {v: statistics.median(t) for v, t in times.items() if t}
@@ -167,9 +197,13 @@ def estimate_complete(n: int, length: int) -> float:
 
 
 def part1(args: argparse.Namespace, length: int) -> None:
+    layout = gmf_layout()
+    row_bytes = WordRows.row_bytes(layout)
     print(
-        f"## One aggregation round: {length:,} 64-bit words per client (FedGMF's MF-SecAvg "
-        f"plaintext on ML-100K), median of {args.repeats} rounds\n"
+        f"## One aggregation round: FedGMF's MF-SecAvg plaintext on ML-100K, {row_bytes:,} bytes "
+        f"per client ({layout[0][1]} 64-bit network words, {layout[1][1]:,} 32-bit words of item "
+        f"deltas and packed counts; {8 * length:,} bytes when all {length:,} words were 64-bit), "
+        f"median of {args.repeats} rounds; machine load {os.getloadavg()[0]:.1f}\n"
     )
     rows = []
     sizes = sorted(set(args.clients))
@@ -177,7 +211,7 @@ def part1(args: argparse.Namespace, length: int) -> None:
     check = max(measured) if measured and max(sizes) > args.old_max else None
     for n in sizes:
         repeats = args.repeats if n <= 100 else max(2, args.repeats // 2)
-        rows.append(time_round(n, length, repeats, n <= args.old_max, seed=n))
+        rows.append(time_round(n, gmf_layout(n), repeats, n <= args.old_max, seed=n))
     print(
         "| clients | k / t | plain sum | complete graph | SecAgg+ per-round keys | SecAgg+ "
         "long-term keys (simulated) | SecAgg+ per client | X25519 per round (complete / "
@@ -206,7 +240,8 @@ def part1(args: argparse.Namespace, length: int) -> None:
         "\nk / t: SecAgg+'s degree and per-neighbourhood threshold for the default threat model "
         "(≤ 5% corrupted clients, ≤ 10% dropouts, privacy failure ≤ 2^-40). The complete graph "
         "uses a majority threshold. X25519 per round for the long-term keys counts first "
-        "meetings only (the same clients every round here, each round a new random graph). ≈: "
+        "meetings only (the same clients every round here, with the same graph, as a fixed "
+        "cohort meets: no X25519 after the first round). ≈: "
         "estimated from operation counts and unit costs measured here"
         + (
             f" (for {check} clients, measured above, the estimate is "
@@ -222,43 +257,65 @@ def part1(args: argparse.Namespace, length: int) -> None:
 # Part 2
 
 
+class Timed(Aggregator):
+    """An aggregator that records, per aggregation round, its time, X25519 exchanges and key
+    pairs generated, and checks secure results against MF-FedAvg on the same uploads (every
+    16th round, outside the timing)."""
+
+    name = "timed"
+
+    def __init__(self, inner: Aggregator, *, check: bool = True) -> None:
+        self.inner = inner
+        self.check = check
+        self.times: list[float] = []
+        self.agreements: list[int] = []
+        self.enrolments: list[int] = []
+        self.at: list[int] = []  # the aggregation round of each timing
+        self.rounds = 0
+
+    def aggregate(
+        self, *, items: torch.Tensor, network: torch.Tensor, updates: ClientUpdates
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        keys = getattr(self.inner, "keys", None)
+        enrolled = keys.enrolments if keys is not None else 0
+        start = time.perf_counter()
+        result = self.inner.aggregate(items=items, network=network, updates=updates)
+        self.times.append(time.perf_counter() - start)
+        last = getattr(self.inner, "last", None)
+        self.agreements.append(last.key_agreements if last is not None else 0)
+        self.enrolments.append(keys.enrolments - enrolled if keys is not None else 0)
+        self.at.append(self.rounds)
+        self.rounds += 1
+        if self.check and self.rounds % 16 == 1 and isinstance(self.inner, MFSecAvg):
+            plain = MFFedAvg().aggregate(items=items, network=network, updates=updates)
+            deviation = max(
+                float((plain[0] - result[0]).abs().max()), float((plain[1] - result[1]).abs().max())
+            )
+            assert deviation < 1e-4, deviation
+        return result
+
+
 class Probe(Aggregator):
-    """MF-FedAvg for the run, timing the secure aggregators on the same uploads."""
+    """MF-FedAvg for the plain run, also timing the complete-graph protocol on the same
+    uploads every ``old_every`` rounds (its time is kept out of the plain run's)."""
 
     name = "probe"
 
     def __init__(self, old_every: int) -> None:
-        self.secure = {
-            "reuse": MFSecAvg(),
-            "per_client": MFSecAvg(per_client=True),
-            "complete": MFSecAvg(graph="complete", key_reuse=False),
-        }
+        self.plain = Timed(MFFedAvg())
+        self.complete = Timed(MFSecAvg(graph="complete", key_reuse=False))
         self.old_every = old_every
-        self.times: dict[str, list[float]] = {"plain": [], **{k: [] for k in self.secure}}
-        self.agreements: dict[str, list[int]] = {k: [] for k in self.secure}
         self.probe_seconds = 0.0
         self.rounds = 0
 
     def aggregate(
         self, *, items: torch.Tensor, network: torch.Tensor, updates: ClientUpdates
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        start = time.perf_counter()
-        plain = MFFedAvg().aggregate(items=items, network=network, updates=updates)
-        self.times["plain"].append(time.perf_counter() - start)
-        probe_start = time.perf_counter()
-        for name, aggregator in self.secure.items():
-            if name == "complete" and self.rounds % self.old_every:
-                continue
+        plain = self.plain.aggregate(items=items, network=network, updates=updates)
+        if self.rounds % self.old_every == 0:
             start = time.perf_counter()
-            secure = aggregator.aggregate(items=items, network=network, updates=updates)
-            self.times[name].append(time.perf_counter() - start)
-            assert aggregator.last is not None
-            self.agreements[name].append(aggregator.last.key_agreements)
-            deviation = max(
-                float((plain[0] - secure[0]).abs().max()), float((plain[1] - secure[1]).abs().max())
-            )
-            assert deviation < 1e-4, deviation
-        self.probe_seconds += time.perf_counter() - probe_start
+            self.complete.aggregate(items=items, network=network, updates=updates)
+            self.probe_seconds += time.perf_counter() - start
         self.rounds += 1
         return plain
 
@@ -272,13 +329,17 @@ def synthetic_ml100k(root: Path) -> Path:
     return root
 
 
-def distinct_pairs(num_users: int, clients: int, global_rounds: int, seed: int = 0) -> int:
-    """Distinct neighbour pairs over a run: the trainer's groups, a fresh random graph each."""
+def distinct_pairs(
+    num_users: int, clients: int, global_rounds: int, selection: str = "permutation", seed: int = 0
+) -> int:
+    """Distinct neighbour pairs over a run: the trainer's groups (a fresh permutation every
+    global round, or fixed cohorts in a new order), one random graph per distinct group."""
     rng = np.random.default_rng(seed)
     per_global = math.ceil(num_users / clients)
     seen: set[int] = set()
     threat = ThreatModel()
-    for _ in range(global_rounds):
+    rounds = 1 if selection == "cohorts" else global_rounds  # cohorts: the same groups again
+    for _ in range(rounds):
         for group in np.array_split(rng.permutation(num_users), per_global):
             params = threat.parameters(len(group))
             if params.complete:
@@ -290,9 +351,51 @@ def distinct_pairs(num_users: int, clients: int, global_rounds: int, seed: int =
     return len(seen)
 
 
+NAMES = {
+    "complete": "MF-SecAvg, complete graph (Bonawitz et al.)",
+    "reuse": "MF-SecAvg, SecAgg+ (simulated)",
+    "per_client": "MF-SecAvg, SecAgg+ per client",
+}
+
+
+def one_run(
+    args: argparse.Namespace, data_dir: str | Path | None, selection: str, seed: int
+) -> tuple[object, Probe, dict[str, Timed], list[float]]:
+    """Three FedGMF runs of ``--global-rounds``, stepped in turn round by round: plain
+    (MF-FedAvg, with the probe), MF-SecAvg simulated and MF-SecAvg per client."""
+    from fedrec.train.fedncf import FedNCFConfig, FedNCFTrainer
+
+    config = FedNCFConfig(
+        model=NCFConfig(model="gmf"),
+        global_rounds=400,
+        eval_every=0,
+        clients_per_round=20,
+        selection=selection,  # type: ignore[arg-type]
+        client_optimizer=args.client_optimizer,
+        seed=seed,
+    )
+    probe = Probe(old_every=args.old_every)
+    secure = {"reuse": Timed(MFSecAvg()), "per_client": Timed(MFSecAvg(per_client=True))}
+    trainers = {}
+    for name, aggregator in (("plain", probe), *secure.items()):
+        trainer = FedNCFTrainer(
+            dataset=args.dataset, data_dir=data_dir, config=config, progress=False
+        )
+        trainer.aggregator = aggregator
+        trainers[name] = trainer
+    step_times = []
+    for _ in range(args.global_rounds * trainers["plain"].per_global):
+        for name, trainer in trainers.items():
+            before = probe.probe_seconds
+            start = time.perf_counter()
+            trainer.step()
+            if name == "plain":
+                step_times.append(time.perf_counter() - start - (probe.probe_seconds - before))
+    return trainers["plain"], probe, secure, step_times
+
+
 def part2(args: argparse.Namespace) -> None:
     from fedrec.envs.datasets.catalog import DatasetNotFoundError, load_prepared
-    from fedrec.train.fedncf import FedNCFConfig, FedNCFTrainer
 
     data_dir, note = args.data_dir, f"{args.dataset}"
     tmp = None
@@ -302,76 +405,110 @@ def part2(args: argparse.Namespace) -> None:
         tmp = tempfile.TemporaryDirectory()
         data_dir = synthetic_ml100k(Path(tmp.name))
         note = "a synthetic data set of ML-100K's shape (ML-100K not found)"
-    config = FedNCFConfig(
-        model=NCFConfig(model="gmf"), global_rounds=400, eval_every=0, clients_per_round=20
-    )
-    trainer = FedNCFTrainer(dataset=args.dataset, data_dir=data_dir, config=config, progress=False)
-    probe = Probe(old_every=8)
-    trainer.aggregator = probe
-    rounds = args.global_rounds * trainer.per_global
-    step_times = []
-    for _ in range(rounds):
-        before = probe.probe_seconds
-        start = time.perf_counter()
-        trainer.step()
-        step_times.append(time.perf_counter() - start - (probe.probe_seconds - before))
-    dh = x25519_seconds()
-    plain_round = statistics.median(step_times)
-    plain_agg = statistics.median(probe.times["plain"])
-    total_rounds = 400 * trainer.per_global
-    pairs_400 = distinct_pairs(trainer.num_users, 20, 400)
+    dh, keygen = x25519_seconds(), keygen_seconds()
+    loads = []
+    # per selection, per run: {row: (ms per round, added ms, added ÷ plain, projected ÷ plain,
+    # X25519 per round)}
+    table: dict[str, list[dict[str, tuple[float, ...]]]] = {s: [] for s in args.selection}
+    pairs: dict[str, int] = {}
+    per_global = 0
+    for run in range(args.runs):
+        for selection in args.selection:
+            loads.append(os.getloadavg()[0])
+            trainer, probe, secure, step_times = one_run(args, data_dir, selection, seed=run)
+            per_global = trainer.per_global  # type: ignore[attr-defined]
+            total_rounds = 400 * per_global
+            num_users = trainer.num_users  # type: ignore[attr-defined]
+            if selection not in pairs:
+                pairs[selection] = distinct_pairs(num_users, 20, 400, selection)
+            # steady state: the rounds after the first global round, where every client has
+            # enrolled its long-term key (the complete graph keeps no keys: all its rounds)
+            plain_round = statistics.median(step_times[per_global:])
+            plain_agg = statistics.median(probe.plain.times[per_global:])
+            rows: dict[str, tuple[float, ...]] = {
+                "plain": (1e3 * plain_round, 1e3 * plain_agg, 0.0, 0.0, 0.0)
+            }
+            timed = {"complete": probe.complete, **secure}
+            for name, record in timed.items():
+                steady = [
+                    i for i, r in enumerate(record.at) if name == "complete" or r >= per_global
+                ]
+                median = statistics.median(record.times[i] for i in steady)
+                added = median - plain_agg
+                projected = added
+                if name != "complete":  # the X25519 and key generation of a whole run instead
+                    per_pair = 2 if name == "per_client" else 1
+                    non_dh = statistics.median(
+                        record.times[i] - record.agreements[i] * dh - record.enrolments[i] * keygen
+                        for i in steady
+                    )
+                    once = per_pair * pairs[selection] * dh + num_users * keygen
+                    projected = non_dh - plain_agg + once / total_rounds
+                rows[name] = (
+                    1e3 * median,
+                    1e3 * added,
+                    added / plain_round,
+                    projected / plain_round,
+                    statistics.mean(record.agreements[i] for i in steady),
+                )
+            table[selection].append(rows)
     if tmp is not None:
         tmp.cleanup()
 
+    def cell(values: list[float], fmt: str) -> str:
+        middle = statistics.median(values)
+        if len(values) == 1:
+            return fmt.format(middle)
+        return f"{fmt.format(middle)} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+
     print(
-        f"## A FedGMF run: {note}, 20 clients per aggregation round, {trainer.per_global} "
-        f"aggregation rounds per global round; {rounds} rounds measured "
-        f"({args.global_rounds} global rounds), machine load {os.getloadavg()[0]:.1f} on "
-        f"{os.cpu_count()} CPUs\n"
+        f"## A FedGMF run: {note}, 20 clients per aggregation round, {per_global} aggregation "
+        f"rounds per global round; {args.global_rounds} global rounds measured per run, "
+        f"{args.runs} runs (seeds 0..{args.runs - 1}) per selection, interleaved; machine load "
+        f"{min(loads):.1f}–{max(loads):.1f} on {os.cpu_count()} CPUs; median (min–max) over "
+        "the runs\n"
     )
     print(
-        "| | ms per aggregation round | added ms per round | added s per global round | "
-        "added min over 400 global rounds | added ÷ plain training |"
+        "| selection | | ms per aggregation round (aggregation alone for the protocols) | added ms per round | added ÷ plain training "
+        "(measured) | added ÷ plain training over 400 global rounds (projected) | X25519 "
+        "per round (measured) |"
     )
-    print("|---|---|---|---|---|---|")
-    plain_total = plain_round * total_rounds
-    print(
-        f"| plain FedGMF training (local training + MF-FedAvg {1e3 * plain_agg:.2f} ms) | "
-        f"{1e3 * plain_round:.1f} | – | – | {plain_total / 60:.1f} min in all | – |"
-    )
-    names = {
-        "complete": "MF-SecAvg, complete graph (Bonawitz et al.)",
-        "reuse": "MF-SecAvg, SecAgg+ (simulated)",
-        "per_client": "MF-SecAvg, SecAgg+ per client",
-    }
-    for name in ("complete", "reuse", "per_client"):
-        secure = statistics.median(probe.times[name])
-        added = secure - plain_agg
-        measured = added * total_rounds
-        line = (
-            f"| {names[name]} | {1e3 * secure:.1f} | {1e3 * added:.1f} | "
-            f"{added * trainer.per_global:.2f} | {measured / 60:.1f} | "
-            f"{added / plain_round:.0%} |"
+    print("|---|---|---|---|---|---|---|")
+    for selection, runs in table.items():
+        plain = [r["plain"] for r in runs]
+        print(
+            f"| {selection} | plain FedGMF training (local training + MF-FedAvg "
+            f"{cell([p[1] for p in plain], '{:.2f}')} ms) | {cell([p[0] for p in plain], '{:.1f}')}"
+            " | – | – | – | – |"
         )
-        print(line)
-        if name != "complete":
-            # replace the measured rounds' key agreements by a 400-round schedule's
-            per_pair = 2 if name == "per_client" else 1
-            agreements = statistics.mean(probe.agreements[name])
-            non_dh = statistics.median(
-                t - a * dh for t, a in zip(probe.times[name], probe.agreements[name], strict=True)
+        for name in ("complete", "reuse", "per_client"):
+            values = [r[name] for r in runs]
+            projected = (
+                "–"
+                if name == "complete"
+                else f"**{cell([100 * v[3] for v in values], '{:.0f}%')}**"
             )
-            total = (non_dh - plain_agg) * total_rounds + per_pair * pairs_400 * dh
             print(
-                f"| ↳ projected with pair keys reused over 400 global rounds "
-                f"({per_pair * pairs_400:,} X25519 in all; {agreements:.0f} per round measured) | "
-                f"– | {1e3 * total / total_rounds:.1f} | {total / 400:.2f} | {total / 60:.1f} | "
-                f"{total / plain_total:.0%} |"
+                f"| {selection} | {NAMES[name]} | {cell([v[0] for v in values], '{:.1f}')} | "
+                f"{cell([v[1] for v in values], '{:.2f}')} | "
+                f"{cell([100 * v[2] for v in values], '{:.0f}%')} | {projected} | "
+                f"{statistics.median(v[4] for v in values):.0f} |"
             )
     print(
-        f"\nX25519 exchange: {1e6 * dh:.0f} µs. Added = a protocol's median aggregation time "
-        "minus MF-FedAvg's, per aggregation round; the complete-graph protocol was timed on every "
-        "8th round."
+        f"\nX25519 exchange {1e6 * dh:.0f} µs, key pair {1e6 * keygen:.0f} µs. Three runs of "
+        "the same configuration and seed are stepped in turn, round by round: plain (MF-FedAvg), "
+        "MF-SecAvg simulated and MF-SecAvg per client, each aggregating its own run's uploads "
+        "in the trainer (the complete-graph protocol is timed on the plain run's uploads every "
+        f"{args.old_every}th round, outside its time). Measured: the rounds after the first "
+        "global round (every client has enrolled its key; the complete graph keeps no keys: all "
+        "its rounds). Added = a protocol's median aggregation time minus MF-FedAvg's; plain "
+        "training = the plain run's median round, local training plus MF-FedAvg. Projected: "
+        "the median time of those "
+        "rounds without their X25519 exchanges and key generation, plus those of a whole "
+        "400-global-round run spread over its rounds (every client's key pair, and one "
+        "exchange per distinct neighbour pair: "
+        + ", ".join(f"{sel} {count:,}" for sel, count in pairs.items())
+        + "; two per pair per client).\n"
     )
 
 
@@ -383,12 +520,31 @@ def main() -> None:
         "--old-max", type=int, default=100, help="largest n timed for the complete graph"
     )
     parser.add_argument("--global-rounds", type=int, default=3, help="FedGMF rounds measured")
+    parser.add_argument("--runs", type=int, default=3, help="FedGMF runs per selection (seeds)")
+    parser.add_argument(
+        "--selection",
+        nargs="+",
+        default=["permutation", "cohorts"],
+        choices=["permutation", "cohorts"],
+        help="client selections measured in part 2",
+    )
+    parser.add_argument(
+        "--old-every", type=int, default=8, help="time the complete graph every this many rounds"
+    )
+    parser.add_argument(
+        "--client-optimizer",
+        default="fresh",
+        help="FedNCFConfig.client_optimizer of the FedGMF runs (default fresh: a new Adam per "
+        "participation, so the uploads are the item rows and network alone)",
+    )
     parser.add_argument("--dataset", default="ml-100k")
     parser.add_argument("--data-dir")
     parser.add_argument("--skip-run", action="store_true", help="only part 1")
+    parser.add_argument("--skip-round", action="store_true", help="only part 2")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    part1(args, gmf_length())
+    if not args.skip_round:
+        part1(args, gmf_length())
     if not args.skip_run:
         part2(args)
 

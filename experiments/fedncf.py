@@ -73,6 +73,9 @@ class BenchFedNCFConfig:
     client_optimizer: str = "federated"
     """federated: the Adam state of items and network is aggregated like the weights (default);
     persistent: clients keep their own Adam state; fresh: a new Adam every participation."""
+    selection: str = "permutation"
+    """client selection of the federated runs (``FedNCFConfig.selection``): "permutation" or
+    "cohorts" (fixed groups in a new order every global round)."""
     central_epochs: int = 20
     """epochs of the centralised upper bound."""
     secagg_rounds: int = 3
@@ -100,6 +103,10 @@ class BenchFedNCFConfig:
             raise ValueError(
                 f"client_optimizer must be one of {CLIENT_OPTIMIZERS}, got {self.client_optimizer!r}"
             )
+        if self.selection not in ("permutation", "cohorts"):
+            raise ValueError(
+                f"selection must be 'permutation' or 'cohorts', got {self.selection!r}"
+            )
 
     @property
     def seed_list(self) -> list[int]:
@@ -124,6 +131,7 @@ def _federated_job(spec: dict[str, Any]) -> dict[str, Any]:
         eval_every=spec["eval_every"],
         seed=spec["seed"],
         client_optimizer=spec.get("client_optimizer", "fresh"),
+        selection=spec.get("selection", "permutation"),
     )
     run_dir = spec.get("run_dir")
     result = train_federated(
@@ -180,6 +188,8 @@ def _cache_path(out: Path, spec: dict[str, Any]) -> Path:
     name = f"{spec['kind']}-{spec['model']}-{spec.get('aggregator', 'central')}-s{spec['seed']}"
     if "client_optimizer" in spec:
         name += f"-{spec['client_optimizer']}"
+    if "selection" in spec:
+        name += f"-{spec['selection']}"
     return out / "runs" / f"{name}-{digest}.json"
 
 
@@ -213,6 +223,8 @@ def run_all(
                 # part of the cache key; left out for "fresh" so earlier cached runs stay valid
                 if config.client_optimizer != "fresh":
                     spec["client_optimizer"] = config.client_optimizer
+                if config.selection != "permutation":  # cache keys of earlier runs stay valid
+                    spec["selection"] = config.selection
                 specs.append(spec)
     results: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     todo = []
@@ -687,6 +699,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "and aggregated like the weights; persistent: each client keeps its own Adam state across "
         "its participations; fresh: a new Adam every participation (the paper's literal reading)",
     )
+    parser.add_argument(
+        "--selection",
+        choices=("permutation", "cohorts"),
+        default="permutation",
+        help="client selection: a fresh permutation every global round (default) or fixed "
+        "cohorts in a new order (MF-SecAvg then agrees each pair key once per run)",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="training runs in parallel (processes)")
     parser.add_argument(
         "--out", default="fedncf-bench", help="output folder (default ./fedncf-bench)"
@@ -718,6 +737,7 @@ def config_from_args(args: argparse.Namespace) -> BenchFedNCFConfig:
         central_epochs=1 if quick else args.central_epochs,
         secagg_rounds=1 if quick else args.secagg_rounds,
         client_optimizer=args.client_optimizer,
+        selection=args.selection,
         jobs=args.jobs,
         out=args.out,
     )

@@ -114,6 +114,11 @@ def check_supported(config: FedNCFConfig, num_nodes: int, secure: bool = False) 
         )
     if num_nodes < 1:
         raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
+    if config.client_optimizer != "fresh":
+        raise ValueError(
+            f"client_optimizer {config.client_optimizer!r} is not available on Flower (its nodes "
+            "train fresh client optimisers); pass client_optimizer='fresh'"
+        )
 
 
 def node_of(users: np.ndarray, num_nodes: int) -> np.ndarray:

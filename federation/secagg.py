@@ -35,18 +35,28 @@ abort. A malformed contribution -- a vector that is not a 1-d integer array of t
 dtype, or values outside the fixed-point range -- aborts the round too
 (:class:`MalformedContribution`, a :class:`SecAggAborted`), before any key is made.
 
-The MF-SecAvg plaintext of client k is ``[n_k θ_k | n_k | MP_k ⊙ Q_k | MP_k]`` (docs/fedncf.md
-§4), so the server obtains Σ n_k θ_k, N, the per-item sums over touched rows and the per-item
-counts c_i, and nothing per client. Fixed point: reals are scaled by 2^fraction_bits and rounded,
-integers (n_k, MP_k) are sent as they are; sums are exact modulo 2^64, so the secure aggregate
-equals MF-FedAvg up to the rounding of each client's values (≤ C · 2^-(fraction_bits+1)). The
-quantisation happens in one place, :func:`mf_secavg_vector` (through :func:`encode_fixed_point`;
-:func:`mf_secavg_matrix` is the same encoding for all clients at once); :func:`secure_sum`
-itself only adds integers.
+The MF-SecAvg plaintext of client k (docs/fedncf.md §4) is two segments of one
+:class:`WordRows` row: 64-bit words ``[n_k θ_k | n_k]`` and, in 32-bit words by default,
+``[d_k | MP_k]``, where d_k = rint(Q_k · 2^f) − rint(Q · 2^f) on the rows k touched (zero
+elsewhere; Q is the global table, which the server knows) and MP_k is packed four 0/1 flags to
+a word. The server obtains Σ n_k θ_k, N, the per-item sums Σ d_k and the per-item counts c_i,
+and nothing per client; it decodes Q[i] ← (rint(Q[i] 2^f) + Σ d_k[i] / c_i) / 2^f. Fixed
+point: the network part is scaled by 2^fraction_bits; the item deltas by 2^f with
+f = :func:`item_fraction_bits` (``fraction_bits`` capped so that n deltas below ``delta_bound``
+cannot wrap 32 bits: f = 23 for 20 clients); integers (n_k, MP_k) are sent as they are. Sums
+are exact modulo 2^64 and 2^32, so the secure aggregate equals MF-FedAvg up to the rounding of
+each client's values (≤ 2^-(f+1) per item value, ≤ C · 2^-(fraction_bits+1) per network
+weight). A value outside the encodable range is never clipped: the round aborts with a
+:class:`MalformedContribution` naming the client and the part. The quantisation happens in
+:func:`mf_secavg_vector` (the per-client reference, through :func:`encode_fixed_point`) and
+:func:`mf_secavg_rows` (all clients at once, the same bytes); :func:`secure_sum` itself only
+adds integers.
 """
 
 from __future__ import annotations
 
+import hmac
+import math
 import secrets
 import struct
 import time
@@ -140,28 +150,41 @@ def _pair_info(label: bytes, round_id: int, a: int, b: int) -> bytes:
     return b"fedrec-secagg/" + label + struct.pack("<QII", round_id, min(a, b), max(a, b))
 
 
-def encode_fixed_point(values: np.ndarray, *, fraction_bits: int, num_clients: int) -> np.ndarray:
-    """Reals as two's-complement integers ``round(x · 2^fraction_bits)`` in Z_{2^64}.
+def encode_fixed_point(
+    values: np.ndarray, *, fraction_bits: int, num_clients: int, word_bits: int = 64
+) -> np.ndarray:
+    """Reals as two's-complement integers ``round(x · 2^fraction_bits)`` in Z_{2^word_bits}
+    (uint64 words, or uint32 words for ``word_bits=32``).
 
     :raises ValueError: for NaN or inf, or if a sum of ``num_clients`` such values could
-        overflow 2^63.
+        overflow 2^(word_bits − 1) (values are never clipped).
     """
+    if word_bits not in (32, 64):
+        raise ValueError(f"word_bits must be 32 or 64, got {word_bits}")
     values = np.asarray(values, dtype=np.float64)
     if not np.isfinite(values).all():
         raise ValueError("NaN or inf values cannot be encoded in fixed point")
     scaled = np.rint(values * 2.0**fraction_bits)
-    limit = 2.0**63 / max(num_clients, 1)
+    limit = 2.0 ** (word_bits - 1) / max(num_clients, 1)
     if not np.all(np.abs(scaled) < limit):
         raise ValueError(
             f"fixed-point overflow: |x| up to {np.abs(values).max():.3g} with {fraction_bits} "
-            f"fraction bits and {num_clients} clients exceeds 2^63; lower fraction_bits"
+            f"fraction bits and {num_clients} clients exceeds 2^{word_bits - 1} (encodable: "
+            f"|x| < {limit / 2.0**fraction_bits:.3g}); lower fraction_bits"
         )
+    if word_bits == 32:
+        return scaled.astype(np.int32).view(np.uint32)
     return scaled.astype(np.int64).view(np.uint64)
 
 
 def decode_fixed_point(words: np.ndarray, *, fraction_bits: int) -> np.ndarray:
-    """The reals (float64) of two's-complement fixed-point words (e.g. a sum)."""
-    return np.asarray(words, dtype=np.uint64).view(np.int64).astype(np.float64) / 2.0**fraction_bits
+    """The reals (float64) of two's-complement fixed-point words (e.g. a sum): uint64 words,
+    or uint32 words (32-bit fixed point)."""
+    words = np.asarray(words)
+    signed = np.int32 if words.dtype == np.uint32 else np.int64
+    if words.dtype not in (np.uint32, np.uint64):
+        words = words.astype(np.uint64)
+    return words.view(signed).astype(np.float64) / 2.0**fraction_bits
 
 
 def client_words(vector: object, position: int) -> np.ndarray:
@@ -191,6 +214,94 @@ def client_words(vector: object, position: int) -> np.ndarray:
             f"client {position}: input must be a 1-d vector, got shape {array.shape}"
         )
     return array.astype(np.uint64)
+
+
+#: The word widths a :class:`WordRows` segment may have: sums modulo 2^64 or 2^32.
+WORD_DTYPES = {"<u8": np.dtype("<u8"), "<u4": np.dtype("<u4")}
+
+
+@dataclass(frozen=True)
+class WordRows:
+    """n clients' integer plaintexts as the rows of one (n, B) byte buffer, each row a run of
+    segments of 64-bit or 32-bit little-endian words (``layout``: (dtype, words) per segment,
+    dtype "<u8" or "<u4"). A segment's sum is taken modulo 2^64 or 2^32.
+
+    SecAgg+ masks a row with AES keystreams of B bytes, added segment by segment, so a part of
+    the plaintext whose sum fits 32 bits costs half the mask bytes of 64-bit words (MF-SecAvg's
+    item part, :func:`mf_secavg_rows`). One buffer for the whole round lets the rows be encoded
+    and masked in place, without copies.
+    """
+
+    buffer: np.ndarray
+    """(n, B) uint8, C-contiguous."""
+    layout: tuple[tuple[str, int], ...]
+
+    def __post_init__(self) -> None:
+        if any(dtype not in WORD_DTYPES or count < 0 for dtype, count in self.layout):
+            raise ValueError(f"layout entries are ('<u8' or '<u4', words >= 0), got {self.layout}")
+        buffer = self.buffer
+        if (
+            not isinstance(buffer, np.ndarray)
+            or buffer.dtype != np.uint8
+            or buffer.ndim != 2
+            or not buffer.flags.c_contiguous
+            or buffer.shape[1] != self.row_bytes(self.layout)
+        ):
+            raise ValueError("buffer must be a C-contiguous (n, B) uint8 array matching layout")
+
+    @staticmethod
+    def row_bytes(layout: Sequence[tuple[str, int]]) -> int:
+        """Bytes of one row of ``layout``."""
+        if any(str(dtype) not in WORD_DTYPES or int(count) < 0 for dtype, count in layout):
+            raise ValueError(f"layout entries are ('<u8' or '<u4', words >= 0), got {layout}")
+        return sum(WORD_DTYPES[str(dtype)].itemsize * int(count) for dtype, count in layout)
+
+    @classmethod
+    def zeros(cls, n: int, layout: Sequence[tuple[str, int]]) -> WordRows:
+        layout = tuple((str(d), int(c)) for d, c in layout)
+        return cls(np.zeros((n, cls.row_bytes(layout)), dtype=np.uint8), layout)
+
+    @property
+    def num_rows(self) -> int:
+        return self.buffer.shape[0]
+
+    @property
+    def offsets(self) -> list[tuple[np.dtype, int, int]]:
+        """(dtype, byte offset in a row, words) of each segment."""
+        out, offset = [], 0
+        for dtype, count in self.layout:
+            out.append((WORD_DTYPES[dtype], offset, count))
+            offset += WORD_DTYPES[dtype].itemsize * count
+        return out
+
+    def segments(self) -> list[np.ndarray]:
+        """(n, words) views of each segment (writable when the buffer is)."""
+        return [
+            self.buffer[:, offset : offset + dtype.itemsize * count].view(dtype)
+            for dtype, offset, count in self.offsets
+        ]
+
+    def unpack(self, row: np.ndarray) -> list[np.ndarray]:
+        """The segments of one byte row (e.g. a sum) as word arrays (views)."""
+        row = np.ascontiguousarray(row, dtype=np.uint8)
+        return [row[o : o + d.itemsize * c].view(d) for d, o, c in self.offsets]
+
+    def copy(self) -> WordRows:
+        return WordRows(self.buffer.copy(), self.layout)
+
+    def widened(self) -> np.ndarray:
+        """The rows as (n, Σ words) uint64: every segment's words zero-extended (a sum of the
+        widened rows, reduced modulo each segment's 2^bits, is the segments' sum)."""
+        parts = [segment.astype(np.uint64) for segment in self.segments()]
+        return np.concatenate(parts, axis=1) if parts else np.zeros((self.num_rows, 0), np.uint64)
+
+    def narrowed(self, total: np.ndarray) -> np.ndarray:
+        """The byte row of a sum of :meth:`widened` rows: each segment reduced to its width."""
+        out, start = [], 0
+        for dtype, _, count in self.offsets:
+            out.append(np.asarray(total[start : start + count]).astype(dtype).view(np.uint8))
+            start += count
+        return np.concatenate(out) if out else np.zeros(0, np.uint8)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -353,6 +464,9 @@ class SecureSumResult:
     """X25519 exchanges computed in the round (SecAgg+ reuses long-term pair keys)."""
     prg_streams: int = 0
     """full-length PRG streams expanded by clients and server (SecAgg+)."""
+    parts: list[np.ndarray] = field(default_factory=list)
+    """SecAgg+: the sum of each segment of the rows (one uint64 segment for word vectors; for a
+    :class:`WordRows`, its segments' sums, of which ``total`` is the byte row)."""
 
 
 def client_positions(name: str, clients: Iterable[int], n: int) -> set[int]:
@@ -366,7 +480,7 @@ def client_positions(name: str, clients: Iterable[int], n: int) -> set[int]:
 
 
 def secure_sum(
-    vectors: Sequence[np.ndarray],
+    vectors: Sequence[np.ndarray] | np.ndarray | WordRows,
     *,
     round_id: int,
     threshold: int | None = None,
@@ -392,6 +506,11 @@ def secure_sum(
     is per neighbourhood; see its docstring for ``client_ids``, ``graph_seed``, ``per_client``).
     A Harary round of n clients whose threat model needs the complete graph anyway runs the
     complete-graph protocol.
+
+    ``vectors`` may also be a :class:`WordRows` (segments of 64- and 32-bit words): the result's
+    ``total`` is then the byte row of the segments' sums and ``parts`` the sums themselves. The
+    complete-graph protocol runs it on the rows widened to 64-bit words and reduces each
+    segment's sum to its width (its ``masked`` uploads are then the widened rows).
     """
     drops = {
         "dropped_before_keys": dropped_before_keys,
@@ -399,7 +518,16 @@ def secure_sum(
         "dropped_after_sharing": dropped_after_sharing,
         "silent_in_unmasking": silent_in_unmasking,
     }
-    plus = _plus_graph(len(vectors), graph=graph, keys=keys, threat=threat, degree=degree)
+    rows = vectors if isinstance(vectors, WordRows) else None
+    n = rows.num_rows if rows is not None else len(vectors)
+    plus = _plus_graph(n, graph=graph, keys=keys, threat=threat, degree=degree)
+    if plus is None and rows is not None:  # 64-bit words; each segment's sum reduced after
+        result = _secure_sum_complete(
+            list(rows.widened()), round_id=round_id, threshold=threshold, **drops
+        )
+        result.total = rows.narrowed(result.total)
+        result.parts = rows.unpack(result.total)
+        return result
     if plus is None:
         return _secure_sum_complete(vectors, round_id=round_id, threshold=threshold, **drops)
     from fedrec.federation.secagg_plus import secure_sum_plus
@@ -648,70 +776,209 @@ def check_updates(
         raise bad("num_samples must be >= 1 and their sum below 2^62")
 
 
-def mf_secavg_vector(updates: ClientUpdates, position: int, *, fraction_bits: int) -> np.ndarray:
-    """Client ``position``'s plaintext ``[n_k θ_k | n_k | MP_k ⊙ Q_k | MP_k]`` in Z_{2^64}.
-
-    The one place where MF-SecAvg quantises: reals go through :func:`encode_fixed_point`.
-    NaN/inf or values outside the fixed-point range raise :class:`MalformedContribution` (the
-    round's abort); :func:`check_updates` checks the uploads' types and shapes.
-    """
-    c = updates.num_clients
-    n_k = int(updates.num_samples[position])
-    rows = updates.row_client == position
-    items = updates.row_item[rows].numpy()
-    table = np.zeros((updates.num_items, updates.item_rows.shape[1]), dtype=np.float64)
-    table[items] = updates.item_rows[rows].numpy()
-    touched = np.zeros(updates.num_items, dtype=np.uint64)
-    touched[items] = 1
-    network = updates.network[position].numpy().astype(np.float64) * n_k
-    try:
-        encoded_network = encode_fixed_point(network, fraction_bits=fraction_bits, num_clients=c)
-        encoded_table = encode_fixed_point(
-            table.reshape(-1), fraction_bits=fraction_bits, num_clients=c
+def item_fraction_bits(
+    num_clients: int, *, fraction_bits: int, item_bits: int = 32, delta_bound: float = 8.0
+) -> int:
+    """Fraction bits of MF-SecAvg's item part for a round of ``num_clients``: ``fraction_bits``
+    in 64-bit words; in 32-bit words the most, up to ``fraction_bits``, with which the sum of
+    ``num_clients`` deltas of magnitude below ``delta_bound`` cannot wrap:
+    f = 31 − ⌈log2 n⌉ − ⌈log2 delta_bound⌉ (so n · delta_bound · 2^f ≤ 2^31). A public
+    function of n, never of the data."""
+    if item_bits == 64:
+        return fraction_bits
+    if item_bits != 32:
+        raise ValueError(f"item_bits must be 32 or 64, got {item_bits}")
+    headroom = math.ceil(math.log2(max(num_clients, 1))) + math.ceil(math.log2(delta_bound))
+    bits = min(fraction_bits, 31 - headroom)
+    if bits < 8:
+        raise ValueError(
+            f"{num_clients} clients with item deltas up to {delta_bound} leave {bits} fraction "
+            "bits in 32-bit words (fewer than 8); use item_bits=64 or a smaller delta_bound"
         )
-    except ValueError as error:
-        raise MalformedContribution(
-            f"client {position}: its update cannot be encoded ({error}); round aborted"
-        ) from error
-    return np.concatenate(
-        [encoded_network, np.array([n_k], dtype=np.uint64), encoded_table, touched]
+    return bits
+
+
+def count_lane_dtype(num_clients: int) -> np.dtype:
+    """The unsigned lane that holds a per-item count c_i ≤ ``num_clients`` in MF-SecAvg's
+    packed count words: 8 bits below 256 clients, 16 below 65,536, else 32."""
+    bits = 8 if num_clients < 2**8 else 16 if num_clients < 2**16 else 32
+    return np.dtype(f"<u{bits // 8}")
+
+
+def mf_secavg_layout(
+    *,
+    network_size: int,
+    num_items: int,
+    item_width: int,
+    item_bits: int = 32,
+    num_clients: int = 255,
+) -> tuple[tuple[str, int], ...]:
+    """The :class:`WordRows` layout of an MF-SecAvg plaintext: 64-bit ``[n_k θ_k | n_k]``, then
+    ``[MP_k ⊙ (Q_k − Q) | MP_k]`` in ``item_bits``-bit words, MP_k packed in lanes of
+    :func:`count_lane_dtype` (four 0/1 flags per 32-bit word below 256 clients: a word's sum
+    modulo 2^32 is exact lane by lane while no lane's sum reaches 2^8, so the counts cost a
+    quarter of the words)."""
+    word = 4 if item_bits == 32 else 8
+    lane = count_lane_dtype(num_clients).itemsize
+    count_words = -(-num_items * lane // word)
+    narrow = "<u4" if item_bits == 32 else "<u8"
+    return (("<u8", network_size + 1), (narrow, num_items * item_width + count_words))
+
+
+def _count_lanes(words: np.ndarray, num_items: int, num_clients: int) -> np.ndarray:
+    """The first ``num_items`` count lanes of packed count words (..., W) (a view)."""
+    lanes = words.view(np.uint8).view(count_lane_dtype(num_clients))
+    return lanes[..., :num_items]
+
+
+def fixed_point_rows(values: np.ndarray, fraction_bits: int) -> np.ndarray:
+    """``rint(x · 2^fraction_bits)`` of float32 or float64 rows, as floats. Exact in the rows' own
+    float type: scaling by a power of two is exact, and a float32 value that is not an integer
+    is below 2^23, so its nearest integer is a float32 too. So float32 rows cost half the
+    memory traffic and give the bits a float64 computation gives (``mf_secavg_vector`` computes
+    in float64; the tests compare the two encodings byte for byte)."""
+    values = np.asarray(values)
+    if values.dtype not in (np.float32, np.float64):
+        values = values.astype(np.float32)
+    scaled = values * values.dtype.type(2.0**fraction_bits)
+    return np.rint(scaled, out=scaled)
+
+
+def _encoding_error(position: int, part: str, error: ValueError) -> MalformedContribution:
+    return MalformedContribution(
+        f"client {position}: its update cannot be encoded ({part}: {error}); round aborted"
     )
 
 
-def mf_secavg_matrix(updates: ClientUpdates, *, fraction_bits: int) -> np.ndarray:
-    """All clients' plaintexts at once: a (C, L) uint64 matrix whose row k equals
-    :func:`mf_secavg_vector` ``(updates, k)`` (the same encoding, with whole-array operations;
-    it expects uploads that passed :func:`check_updates`). A value that cannot be encoded raises
-    the same :class:`MalformedContribution` as the per-client encoding, for the first such client.
+def mf_secavg_vector(
+    updates: ClientUpdates,
+    position: int,
+    *,
+    fraction_bits: int,
+    items: torch.Tensor | None = None,
+    item_bits: int = 32,
+    delta_bound: float = 8.0,
+) -> np.ndarray:
+    """Client ``position``'s plaintext as one byte row of :func:`mf_secavg_layout`: 64-bit
+    ``[n_k θ_k | n_k]`` (``fraction_bits``), then ``[d_k | MP_k]`` in ``item_bits``-bit words:
+    on its touched rows d_k = rint(Q_k · 2^f) − rint(Q · 2^f), the delta from the global table
+    ``items`` (zeros when None) in fixed point with f = :func:`item_fraction_bits`, zero
+    elsewhere.
+
+    The reference per-client encoding (:func:`mf_secavg_rows` encodes all clients at once, the
+    same bytes). Reals go through :func:`encode_fixed_point`; NaN/inf or values outside the
+    fixed-point range raise :class:`MalformedContribution` naming the client and the part (the
+    round's abort; never clipped); :func:`check_updates` checks the uploads' types and shapes.
     """
     c = updates.num_clients
     num_items, width = updates.num_items, updates.item_rows.shape[1]
-    size = updates.network.shape[1]
-    length = size + 1 + num_items * width + num_items
-    samples = np.asarray(updates.num_samples).astype(np.int64)
-    scale, limit = 2.0**fraction_bits, 2.0**63 / max(c, 1)
-    network = updates.network.numpy().astype(np.float64) * samples[:, None]
-    network *= scale
-    rows = updates.item_rows.numpy().astype(np.float64)
-    rows *= scale
-    np.rint(network, out=network)
-    np.rint(rows, out=rows)
-    # one range test covers NaN/inf too (both fail it); the per-client encoding then raises
-    # the documented error for the first client concerned
-    if not (np.all(np.abs(network) < limit) and np.all(np.abs(rows) < limit)):
-        for k in range(c):
-            mf_secavg_vector(updates, k, fraction_bits=fraction_bits)
-        raise MalformedContribution("an update cannot be encoded in fixed point; round aborted")
-    words = np.zeros((c, length), dtype=np.uint64)
-    words[:, :size] = network.astype(np.int64).view(np.uint64)
-    words[:, size] = samples.astype(np.uint64)
-    rows_client, rows_item = updates.row_client.numpy(), updates.row_item.numpy()
-    table = np.lib.stride_tricks.as_strided(  # a (C, I, E) view of the item segment
-        words[:, size + 1 :], shape=(c, num_items, width), strides=(8 * length, 8 * width, 8)
+    bits = item_fraction_bits(
+        c, fraction_bits=fraction_bits, item_bits=item_bits, delta_bound=delta_bound
     )
-    table[rows_client, rows_item] = rows.astype(np.int64).view(np.uint64)
-    words[:, size + 1 + num_items * width :][rows_client, rows_item] = 1
-    return words
+    n_k = int(updates.num_samples[position])
+    rows = updates.row_client == position
+    row_items = updates.row_item[rows].numpy()
+    reference = (
+        np.zeros((num_items, width))
+        if items is None
+        else np.rint(items.detach().numpy().astype(np.float64) * 2.0**bits)
+    )
+    table = np.zeros((num_items, width), dtype=np.float64)
+    own = np.rint(updates.item_rows[rows].numpy().astype(np.float64) * 2.0**bits)
+    table[row_items] = own - reference[row_items]  # exact: integers below 2^53
+    network = updates.network[position].numpy().astype(np.float64) * n_k
+    try:
+        encoded_network = encode_fixed_point(network, fraction_bits=fraction_bits, num_clients=c)
+    except ValueError as error:
+        raise _encoding_error(position, "network", error) from error
+    try:  # the integers d_k = rint(Q_k 2^f) − rint(Q 2^f), encoded with scale 1
+        encoded_table = encode_fixed_point(
+            table.reshape(-1), fraction_bits=0, num_clients=c, word_bits=item_bits
+        )
+    except ValueError as error:
+        raise _encoding_error(position, f"item deltas (Q_k − Q) · 2^{bits}", error) from error
+    layout = mf_secavg_layout(
+        network_size=len(network),
+        num_items=num_items,
+        item_width=width,
+        item_bits=item_bits,
+        num_clients=c,
+    )
+    touched = np.zeros(layout[1][1] - num_items * width, dtype=encoded_table.dtype)
+    _count_lanes(touched, num_items, c)[row_items] = 1
+    wide = np.concatenate([encoded_network, np.array([n_k], dtype=np.uint64)])
+    return np.concatenate(
+        [wide.view(np.uint8), encoded_table.view(np.uint8), touched.view(np.uint8)]
+    )
+
+
+def mf_secavg_rows(
+    updates: ClientUpdates,
+    *,
+    fraction_bits: int,
+    items: torch.Tensor | None = None,
+    item_bits: int = 32,
+    delta_bound: float = 8.0,
+) -> WordRows:
+    """All clients' plaintexts at once: row k of the result equals :func:`mf_secavg_vector`
+    ``(updates, k, ...)`` (the same encoding with whole-array operations on the R uploaded rows
+    only; it expects uploads that passed :func:`check_updates`). A value that cannot be encoded
+    raises the same :class:`MalformedContribution` as the per-client encoding, for the first
+    such client."""
+    c = updates.num_clients
+    num_items, width = updates.num_items, updates.item_rows.shape[1]
+    size = updates.network.shape[1]
+    bits = item_fraction_bits(
+        c, fraction_bits=fraction_bits, item_bits=item_bits, delta_bound=delta_bound
+    )
+    samples = np.asarray(updates.num_samples).astype(np.int64)
+    network = updates.network.numpy().astype(np.float64)
+    network *= (samples * 2.0**fraction_bits)[:, None]  # exact: a power of two times n_k
+    np.rint(network, out=network)
+    rows_client, rows_item = updates.row_client.numpy(), updates.row_item.numpy()
+    signed = np.int32 if item_bits == 32 else np.int64
+    own = fixed_point_rows(updates.item_rows.numpy(), bits)  # rint(Q_k 2^f), exact
+    # one range test covers NaN/inf too (max/min are NaN then, and fail it); the per-client
+    # encoding then raises the documented error for the first client concerned
+    limit, item_limit = 2.0**63 / max(c, 1), 2.0 ** (item_bits - 1) / max(c, 1)
+    ok = -limit < network.min(initial=0.0) <= network.max(initial=0.0) < limit
+    ok = ok and -(2.0**62) < own.min(initial=0.0) <= own.max(initial=0.0) < 2.0**62
+    if ok:
+        deltas = own.astype(np.int64)
+        if items is not None:  # d_k = rint(Q_k 2^f) − rint(Q 2^f), exact integers
+            reference = fixed_point_rows(items.detach().numpy(), bits)
+            ok = -(2.0**62) < reference.min(initial=0.0) <= reference.max(initial=0.0) < 2.0**62
+            deltas -= np.take(reference.astype(np.int64), rows_item, axis=0)
+        ok = ok and -item_limit < deltas.min(initial=0) <= deltas.max(initial=0) < item_limit
+    if not ok:
+        for k in range(c):
+            mf_secavg_vector(
+                updates,
+                k,
+                fraction_bits=fraction_bits,
+                items=items,
+                item_bits=item_bits,
+                delta_bound=delta_bound,
+            )
+        raise MalformedContribution("an update cannot be encoded in fixed point; round aborted")
+    layout = mf_secavg_layout(
+        network_size=size,
+        num_items=num_items,
+        item_width=width,
+        item_bits=item_bits,
+        num_clients=c,
+    )
+    plain = WordRows.zeros(c, layout)
+    wide, narrow = plain.segments()
+    wide[:, :size] = network.astype(np.int64).view(np.uint64)
+    wide[:, size] = samples.astype(np.uint64)
+    encoded = deltas.astype(signed).view(narrow.dtype)
+    if width:  # each uploaded row is written as one record of E words (a fast scatter)
+        record = np.dtype((np.void, narrow.dtype.itemsize * width))
+        table = narrow[:, : num_items * width].reshape(c, num_items, width)  # a view
+        table.view(record)[:, :, 0][rows_client, rows_item] = encoded.view(record)[:, 0]
+    _count_lanes(narrow[:, num_items * width :], num_items, c)[rows_client, rows_item] = 1
+    return plain
 
 
 class MFSecAvg(Aggregator):
@@ -751,6 +1018,8 @@ class MFSecAvg(Aggregator):
         threat: ThreatModel | None = None,
         degree: int | None = None,
         per_client: bool = False,
+        item_bits: Literal[32, 64] = 32,
+        delta_bound: float = 8.0,
     ) -> None:
         from fedrec.federation.secagg_plus import KeyDirectory
         from fedrec.federation.secagg_plus import ThreatModel as _Threat
@@ -763,10 +1032,18 @@ class MFSecAvg(Aggregator):
             raise ValueError(f"threshold must be >= 2, got {threshold}")
         if graph not in ("harary", "complete"):
             raise ValueError(f"graph must be 'harary' or 'complete', got {graph!r}")
+        if item_bits not in (32, 64):
+            raise ValueError(f"item_bits must be 32 or 64, got {item_bits!r}")
+        if not (math.isfinite(delta_bound) and delta_bound > 0):
+            raise ValueError(f"delta_bound must be a positive number, got {delta_bound!r}")
         self.fraction_bits = fraction_bits
+        self.item_bits = item_bits
+        self.delta_bound = float(delta_bound)
         self.threshold = threshold
         self.dropout = dropout
         self.rng = np.random.default_rng(seed)
+        self._graph_key = self.rng.bytes(32)
+        """public randomness of the run's graphs: one graph per distinct set of clients."""
         self.graph = graph
         self.threat = threat or _Threat()
         self.degree = degree
@@ -804,60 +1081,97 @@ class MFSecAvg(Aggregator):
             item_width=items.shape[1],
             network_size=network.numel(),
         )
-        vectors = mf_secavg_matrix(updates, fraction_bits=self.fraction_bits)
+        plain = mf_secavg_rows(
+            updates,
+            fraction_bits=self.fraction_bits,
+            items=items,
+            item_bits=self.item_bits,
+            delta_bound=self.delta_bound,
+        )
         encode_seconds = time.perf_counter() - start
         dropped = np.flatnonzero(self.rng.random(c) < self.dropout) if self.dropout else []
-        graph_seed = self.rng.bytes(16) if self.graph == "harary" else None
+        ids = np.asarray(updates.clients).astype(np.int64)
         plus = _plus_graph(
             c, graph=self.graph, keys=self.keys, threat=self.threat, degree=self.degree
         )
-        if plus is None:
-            result = _secure_sum_complete(
-                list(vectors),
-                round_id=round_id,
-                threshold=self.threshold,
-                dropped_after_sharing=dropped,
+        if plus is None:  # 64-bit words throughout; each segment's sum reduced to its width
+            result = secure_sum(
+                plain, round_id=round_id, threshold=self.threshold, dropped_after_sharing=dropped
             )
         else:
             from fedrec.federation.secagg_plus import secure_sum_plus
 
             result = secure_sum_plus(
-                vectors,
+                plain,
                 round_id=round_id,
-                client_ids=np.asarray(updates.clients).tolist(),
+                client_ids=ids.tolist(),
                 keys=self.keys,
                 graph=plus,
                 threat=self.threat,
                 degree=self.degree,
                 threshold=self.threshold,
-                graph_seed=graph_seed,
+                graph_seed=self.graph_seed(ids),
                 per_client=self.per_client,
                 overwrite_input=True,
                 dropped_after_sharing=dropped,
             )
         result.client_seconds += encode_seconds
         self.last = result
-        return decode_mf_secavg(
-            result.total, items=items, network=network, fraction_bits=self.fraction_bits
+        start = time.perf_counter()
+        decoded = decode_mf_secavg(
+            result.parts,
+            items=items,
+            network=network,
+            fraction_bits=self.fraction_bits,
+            item_fraction_bits=item_fraction_bits(
+                c,
+                fraction_bits=self.fraction_bits,
+                item_bits=self.item_bits,
+                delta_bound=self.delta_bound,
+            ),
+            num_clients=c,
         )
+        result.server_seconds += time.perf_counter() - start
+        return decoded
+
+    def graph_seed(self, client_ids: np.ndarray) -> bytes:
+        """The public seed of the Harary graph of a round of ``client_ids`` (in position order):
+        HMAC of the run's graph key and the ids, so a set of clients that meets again (a fixed
+        cohort) gets the same graph, and so meets the same neighbours, whose pair keys are
+        cached; a new set gets an independent graph."""
+        ids = np.ascontiguousarray(client_ids, dtype="<i8")
+        return hmac.digest(self._graph_key, ids.tobytes(), "sha256")[:16]
 
 
 def decode_mf_secavg(
-    total: np.ndarray, *, items: torch.Tensor, network: torch.Tensor, fraction_bits: int
+    parts: Sequence[np.ndarray],
+    *,
+    items: torch.Tensor,
+    network: torch.Tensor,
+    fraction_bits: int,
+    item_fraction_bits: int,
+    num_clients: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """New (items, network) from the unmasked sum: NN = Σ n θ / N, Q[i] = Σ_touched Q_k[i] / c_i."""
+    """New (items, network) from the unmasked segment sums (:func:`mf_secavg_layout`):
+    NN = Σ n θ / N and, for each item i some client touched,
+    (rint(Q[i] 2^f) + Σ_touched d_k[i] / c_i) / 2^f = Σ_touched rint(Q_k[i] 2^f) / (c_i 2^f), the
+    mean of the clients' rows to within 2^-(f+1) (f = ``item_fraction_bits``); untouched rows are
+    kept exactly."""
+    wide, narrow = parts
     num_items, width = items.shape
     size = network.numel()
-    weighted = decode_fixed_point(total[:size], fraction_bits=fraction_bits)
-    num_samples = float(int(total[size]))
-    sums = decode_fixed_point(
-        total[size + 1 : size + 1 + num_items * width], fraction_bits=fraction_bits
-    )
-    counts = total[size + 1 + num_items * width :].view(np.int64)
-    new_items = items.clone()
-    touched = torch.from_numpy(counts > 0)
-    means = torch.from_numpy(sums.reshape(num_items, width) / np.maximum(counts, 1)[:, None])
-    new_items[touched] = means[touched].to(items.dtype)
+    weighted = decode_fixed_point(wide[:size], fraction_bits=fraction_bits)
+    num_samples = float(int(wide[size]))
+    counts = _count_lanes(narrow[num_items * width :], num_items, num_clients).astype(np.float64)
+    sums = decode_fixed_point(narrow[: num_items * width], fraction_bits=0)
+    sums = sums.reshape(num_items, width)
+    sums /= np.maximum(counts, 1.0)[:, None]
+    # touched rows: (rint(Q 2^f) + Σ d_k / c_i) / 2^f = mean of the clients' rint(Q_k 2^f) / 2^f
+    sums += fixed_point_rows(items.detach().numpy().astype(np.float64), item_fraction_bits)
+    sums /= 2.0**item_fraction_bits
+    untouched = counts == 0
+    sums[untouched] = items.detach().numpy()[untouched]  # rows nobody touched are kept
+    new_items = torch.from_numpy(sums).to(items.dtype)
     return new_items, torch.from_numpy(weighted / num_samples).to(network.dtype)
 
 

@@ -24,7 +24,14 @@ module keeps its guarantees under a bounded-fraction threat model at a fraction 
    and its self-mask seed b_m among its neighbours, like the mask key and b_m of Bonawitz et al.
 3. **Vectorised masking.** One AES-128 counter-mode stream per seed, added to the upload with
    whole-array NumPy operations; the Shamir shares of a round are computed for all clients at
-   once over GF(2^44 − 17) (a 128-bit key is three 43-bit limbs).
+   once over GF(2^44 − 17) (a 128-bit key is three 43-bit limbs). An upload may be a
+   :class:`~fedrec.federation.secagg.WordRows` of 64- and 32-bit segments: one keystream per
+   seed covers the row's bytes and is added segment by segment (modulo 2^64 or 2^32), so
+   MF-SecAvg's 32-bit item words halve the mask bytes.
+4. **Graphs per client set.** ``graph_seed`` is public randomness; ``MFSecAvg`` derives it as
+   HMAC(run key, the round's client ids), so a set of clients that meets again (a fixed cohort,
+   ``FedNCFConfig(selection="cohorts")``) has the same graph and neighbours, and its pair keys
+   are cached: X25519 runs once per pair per run.
 
 :func:`secure_sum_plus` runs one round in one process. By default each edge's pair secret and
 mask stream is computed once and applied to both of its clients (the two would compute the same
@@ -52,6 +59,7 @@ from fedrec.federation.secagg import (
     MalformedContribution,
     SecAggAborted,
     SecureSumResult,
+    WordRows,
     client_positions,
     client_words,
 )
@@ -343,13 +351,18 @@ def aes_prg(key: bytes, length: int) -> np.ndarray:
     keystream (the tag is dropped), because OpenSSL's GCM path is the fastest AES code here."""
     if len(key) != _KEY_BYTES:
         raise ValueError("AES PRG keys are 16 bytes")
-    zeros = _ZEROS.get(length)
+    stream = AESGCM(key).encrypt(_NONCE, _zeros(_WORD_BYTES * length), None)
+    return np.frombuffer(stream, dtype="<u8", count=length)
+
+
+def _zeros(size: int) -> bytes:
+    """``size`` zero bytes (cached: the plaintext every keystream encrypts)."""
+    zeros = _ZEROS.get(size)
     if zeros is None:
         if len(_ZEROS) > 8:
             _ZEROS.clear()
-        zeros = _ZEROS[length] = bytes(_WORD_BYTES * length)
-    stream = AESGCM(key).encrypt(_NONCE, zeros, None)
-    return np.frombuffer(stream, dtype="<u8", count=length)
+        zeros = _ZEROS[size] = bytes(size)
+    return zeros
 
 
 def _random_field(shape: tuple[int, ...]) -> np.ndarray:
@@ -479,7 +492,7 @@ def word_matrix(vectors: Sequence[object] | np.ndarray) -> np.ndarray:
 
 
 def secure_sum_plus(
-    vectors: Sequence[np.ndarray] | np.ndarray,
+    vectors: Sequence[np.ndarray] | np.ndarray | WordRows,
     *,
     round_id: int,
     client_ids: Sequence[int] | np.ndarray | None = None,
@@ -496,7 +509,8 @@ def secure_sum_plus(
     dropped_after_sharing: Iterable[int] = (),
     silent_in_unmasking: Iterable[int] = (),
 ) -> SecureSumResult:
-    """One SecAgg+ round over ``vectors`` (1-d integer arrays, or an (n, L) integer matrix).
+    """One SecAgg+ round over ``vectors`` (1-d integer arrays, an (n, L) integer matrix, or a
+    :class:`~fedrec.federation.secagg.WordRows` of 64- and 32-bit segments).
 
     ``keys``: the long-term :class:`KeyDirectory` (pair keys reused across rounds; the round id
     must be new to it), or None for fresh per-round keys. ``client_ids``: the clients' long-term
@@ -505,7 +519,12 @@ def secure_sum_plus(
     default a majority). ``graph_seed``: the round's public randomness for the labelling (default
     fresh random bytes; recorded in the result). ``per_client``: every client derives its own
     pair keys and mask streams instead of once per edge (same result, a deployment's cost).
-    ``overwrite_input``: mask an (n, L) uint64 input matrix in place (saves a copy).
+    ``overwrite_input``: mask an (n, L) uint64 input matrix, or a ``WordRows``, in place (saves
+    a copy).
+
+    For word vectors the result's ``total`` is the uint64 sum and ``masked`` the uint64 uploads;
+    for a ``WordRows`` both are byte rows (``WordRows.unpack`` splits them into segments) and
+    ``parts`` holds each segment's sum.
 
     The dropout stages are those of :func:`fedrec.federation.secagg.secure_sum`. The round
     aborts (:class:`SecAggAborted`) when a survivor, or a dropped client with surviving
@@ -513,7 +532,7 @@ def secure_sum_plus(
     survivors' graph is disconnected (unmasking would reveal partial sums).
     """
     start = time.perf_counter()
-    n = len(vectors)
+    n = vectors.num_rows if isinstance(vectors, WordRows) else len(vectors)
     if n < 3:
         raise ValueError("SecAgg+ needs at least 3 clients (use the complete-graph protocol)")
     if isinstance(round_id, bool) or not isinstance(round_id, (int, np.integer)):
@@ -531,18 +550,25 @@ def secure_sum_plus(
     )
     dropped = client_positions("dropped_after_sharing", dropped_after_sharing, n)
     silent = client_positions("silent_in_unmasking", silent_in_unmasking, n)
-    words = word_matrix(vectors)  # before any key is made
-    owned = (
-        overwrite_input
-        or not isinstance(vectors, np.ndarray)
-        or not np.shares_memory(words, vectors)
-    )
-    length = words.shape[1]
+    if isinstance(vectors, WordRows):  # before any key is made
+        rows = vectors if overwrite_input else vectors.copy()
+        single = None
+    else:
+        words = word_matrix(vectors)
+        if not (
+            overwrite_input
+            or not isinstance(vectors, np.ndarray)
+            or not np.shares_memory(words, vectors)
+        ):
+            words = words.copy()
+        rows = WordRows(words.view(np.uint8).reshape(n, -1), (("<u8", words.shape[1]),))
+        single = words
+    row_bytes = rows.buffer.shape[1]
     directory = KeyDirectory() if keys is None else keys
     directory.claim_round(round_id)
     agreements_before = directory.key_agreements
     seed = secrets.token_bytes(16) if graph_seed is None else bytes(graph_seed)
-    nbrs = harary_neighbours(n, k, seed)
+    nbrs, ring, nbr_lists, mirror, edges = _graph(n, k, seed)
 
     def abort(reason: str) -> SecAggAborted:
         return SecAggAborted(
@@ -559,107 +585,128 @@ def secure_sum_plus(
     dropped = {d for d in dropped if shared[d]}
     answered = survived.copy()
     answered[list(silent)] = False
+    shared_list, survived_list = shared.tolist(), survived.tolist()
 
-    # Pair secrets of the round's edges between clients of U2 (mask key | share-channel key).
-    lo = np.repeat(np.arange(n), k)
-    hi = nbrs.ravel()
-    edge_mask = (lo < hi) & shared[lo] & shared[hi]
-    edges = list(zip(lo[edge_mask].tolist(), hi[edge_mask].tolist(), strict=True))
-    secret_of: dict[tuple[int, int], bytes] = {}  # (owner, peer) -> 32 bytes
-    channel_of: dict[tuple[int, int], AESGCM] = {}  # (owner, peer) -> its share channel
-    for a, b in edges:
+    # Pair secrets of the round's edges between clients of U2 (mask key | share-channel key),
+    # kept per client and neighbour column: mask_key[m][col], channel[m][col].
+    mask_key: list[list[bytes | None]] = [[None] * k for _ in range(n)]
+    channel: list[list[AESGCM | None]] = [[None] * k for _ in range(n)]
+    pair_key, digest, pack = directory.pair_key, hmac.digest, struct.pack
+    prefix = _ROUND_LABEL + pack("<Q", round_id)  # round_secret's info, built once per round
+    for a, col_a, b, col_b in edges:  # a < b
+        if not (shared_list[a] and shared_list[b]):
+            continue
         ia, ib = ids[a], ids[b]
-        if per_client:  # each client runs its own X25519 (once per neighbour) and HKDF-Expand
-            sa = round_secret(directory.pair_key(ia, ib), round_id, ia, ib)
-            sb = round_secret(directory.pair_key(ib, ia), round_id, ia, ib)
-            channel_of[(a, b)] = AESGCM(sa[_KEY_BYTES:])
-            channel_of[(b, a)] = AESGCM(sb[_KEY_BYTES:])
+        low, high = (ia, ib) if ia < ib else (ib, ia)
+        info = prefix + pack("<QQ", low, high) + b"\x01"
+        if per_client:  # each client runs its own X25519 (once per neighbour) and HKDF
+            sa = digest(pair_key(ia, ib), info, "sha256")
+            sb = digest(pair_key(ib, ia), info, "sha256")
+            channel[a][col_a] = AESGCM(sa[_KEY_BYTES:])
+            channel[b][col_b] = AESGCM(sb[_KEY_BYTES:])
         else:  # the two compute the same bytes: once per unordered pair
-            sa = sb = round_secret(directory.pair_key(min(ia, ib), max(ia, ib)), round_id, ia, ib)
-            channel_of[(a, b)] = channel_of[(b, a)] = AESGCM(sa[_KEY_BYTES:])
-        secret_of[(a, b)], secret_of[(b, a)] = sa, sb
+            sa = sb = digest(pair_key(low, high), info, "sha256")
+            channel[a][col_a] = channel[b][col_b] = AESGCM(sa[_KEY_BYTES:])
+        mask_key[a][col_a], mask_key[b][col_b] = sa[:_KEY_BYTES], sb[:_KEY_BYTES]
 
     # ShareKeys: fresh b_m and ρ_m; ρ_m encrypts m's pair mask keys (the server keeps the
     # ciphertext); both are Shamir-shared among m's neighbours (x = neighbour column + 1).
     members = np.flatnonzero(shared)
+    member_list = members.tolist()
     fresh = np.frombuffer(secrets.token_bytes(2 * _KEY_BYTES * len(members)), dtype=np.uint8)
     fresh = fresh.reshape(len(members), 2, _KEY_BYTES)
-    self_seed = {int(m): fresh[i, 0].tobytes() for i, m in enumerate(members)}
-    round_key = {int(m): fresh[i, 1].tobytes() for i, m in enumerate(members)}
-    empty_key = bytes(_KEY_BYTES)
+    fresh_bytes = fresh.tobytes()
+    self_seed: dict[int, bytes] = {}
     sealed: dict[int, bytes] = {}
-    for m in self_seed:
-        mask_keys = b"".join(
-            secret_of[(m, j)][:_KEY_BYTES] if shared[j] else empty_key for j in nbrs[m].tolist()
+    empty_key = bytes(_KEY_BYTES)
+    for i, m in enumerate(member_list):
+        base = 2 * _KEY_BYTES * i
+        self_seed[m] = fresh_bytes[base : base + _KEY_BYTES]
+        mask_keys = b"".join(key if key is not None else empty_key for key in mask_key[m])
+        sealed[m] = AESGCM(fresh_bytes[base + _KEY_BYTES : base + 2 * _KEY_BYTES]).encrypt(
+            _NONCE, mask_keys, _aad(round_id, ids[m])
         )
-        sealed[m] = AESGCM(round_key[m]).encrypt(_NONCE, mask_keys, _aad(round_id, ids[m]))
     limbs = key_limbs(fresh.reshape(-1, _KEY_BYTES)).reshape(len(members), 2 * _LIMBS)
     shares = shamir_split_limbs(limbs, holders=k, threshold=t)  # (|U2|, k, 6)
-    held = np.zeros((n, k, 2 * _LIMBS), dtype=np.uint64)  # [owner, column] as the holder keeps it
+    share_size = 2 * _LIMBS * _WORD_BYTES
+    payloads = shares.tobytes()
+    held_bytes = bytearray(n * k * share_size)  # [owner, column] as the holder keeps it
     share_bytes = 0
     aad = _aad(round_id, 0)
     up, down = _direction_nonce(0, 1), _direction_nonce(1, 0)
-    for i, m in enumerate(members.tolist()):
-        payloads = shares[i]
-        for column, j in enumerate(nbrs[m].tolist()):
-            if not shared[j]:
+    id_bytes = [pack("<Q", i) for i in ids]
+    for i, m in enumerate(member_list):
+        for column, j in enumerate(nbr_lists[m]):
+            if not shared_list[j]:
                 continue
-            header = struct.pack("<QQ", ids[m], ids[j])
+            header = id_bytes[m] + id_bytes[j]
             nonce = up if m < j else down
-            blob = channel_of[(m, j)].encrypt(nonce, header + payloads[column].tobytes(), aad)
+            at = (i * k + column) * share_size
+            blob = channel[
+                m
+            ][
+                column
+            ].encrypt(  # type: ignore[union-attr]
+                nonce, header + payloads[at : at + share_size], aad
+            )
             share_bytes += len(blob)
             # the holder decrypts with its own copy of the pair secret
-            plain = channel_of[(j, m)].decrypt(nonce, blob, aad)
+            plain = channel[j][mirror[m][column]].decrypt(nonce, blob, aad)  # type: ignore[union-attr]
             if plain[:16] != header:
                 raise ValueError("a share was relayed to the wrong client")
-            held[m, column] = np.frombuffer(plain, dtype="<u8", offset=16)
+            at = (m * k + column) * share_size
+            held_bytes[at : at + share_size] = plain[16:]
+    held = np.frombuffer(held_bytes, dtype="<u8").reshape(n, k, 2 * _LIMBS)
 
     # MaskedInputCollection: y_m = x_m + PRG(b_m) + Σ_{j ∈ N(m) ∩ U2} ±PRG(s_mj), the lower
-    # position adding and the higher subtracting, rows masked in place. Clients are visited in
-    # ring order and each edge is expanded from the end that reaches the other forward, so the
-    # rows an edge touches are still in cache; per client, every survivor expands its own.
+    # position adding and the higher subtracting, rows masked in place segment by segment (a
+    # stream of B bytes covers the whole row). Clients are visited in ring order and each edge
+    # is expanded from the end that reaches the other forward, so the rows an edge touches are
+    # still in cache; per client, every survivor expands its own.
     order = np.flatnonzero(survived)
-    masked_rows = words if owned else words.copy()
-    streams = 0
+    segments = rows.segments()
+    masker = _Masker(rows, segments)
+    expand, add, subtract = masker.expand, masker.add, masker.subtract
     sparse = k < n - 1
-    visit = _ring_order(nbrs) if sparse else list(range(n))
+    visit = ring if sparse else range(n)
     for m in visit:
-        if not shared[m]:
+        if not shared_list[m]:
             continue
-        row = masked_rows[m]
-        if survived[m]:
-            np.add(row, aes_prg(self_seed[m], length), out=row)
-            streams += 1
+        if survived_list[m]:
+            add(m, expand(self_seed[m]))
+        keys_m = mask_key[m]
         if per_client:
-            if not survived[m]:
+            if not survived_list[m]:
                 continue
-            for j in nbrs[m].tolist():
-                if shared[j]:
-                    stream = aes_prg(secret_of[(m, j)][:_KEY_BYTES], length)
-                    streams += 1
-                    (np.add if m < j else np.subtract)(row, stream, out=row)
+            for column, j in enumerate(nbr_lists[m]):
+                if shared_list[j]:
+                    (add if m < j else subtract)(m, expand(keys_m[column]))  # type: ignore[arg-type]
             continue
-        ahead = nbrs[m, k // 2 :] if sparse else nbrs[m, m:]  # ring offsets +1..+k/2, or j > m
-        for j in ahead.tolist():
-            if not shared[j] or not (survived[m] or survived[j]):
+        first = k // 2 if sparse else m  # ring offsets +1..+k/2, or the positions j > m
+        for column in range(first, k):
+            j = nbr_lists[m][column]
+            if not shared_list[j] or not (survived_list[m] or survived_list[j]):
                 continue
-            stream = aes_prg(secret_of[(m, j)][:_KEY_BYTES], length)
-            streams += 1
+            stream = expand(keys_m[column])  # type: ignore[arg-type]
             lo, hi = (m, j) if m < j else (j, m)
-            if survived[lo]:
-                np.add(masked_rows[lo], stream, out=masked_rows[lo])
-            if survived[hi]:
-                np.subtract(masked_rows[hi], stream, out=masked_rows[hi])
+            if survived_list[lo]:
+                add(lo, stream)
+            if survived_list[hi]:
+                subtract(hi, stream)
+    masker.finish()
+    streams = masker.streams
     client_seconds = time.perf_counter() - start
 
-    # Unmasking. The server first checks that the survivors' graph is connected.
+    # Unmasking. The server first checks that the survivors' graph is connected (a Harary or
+    # complete graph with every client surviving is connected by construction).
     start = time.perf_counter()
     if len(order) <= t:  # each survivor needs t answering neighbours, themselves survivors
         raise abort(
             f"{len(order)} of {n} clients survived to upload a masked input, below the "
             f"threshold {t} plus one"
         )
-    connected, components = is_connected(nbrs, survived)
+    everyone = len(order) == n
+    connected, components = (True, 1) if everyone else is_connected(nbrs, survived)
     if not connected:
         raise abort(
             f"the survivors' masking graph has {components} components, so unmasking would "
@@ -672,64 +719,68 @@ def secure_sum_plus(
         "rho": np.array([d for d in sorted(dropped) if survived[nbrs[d]].any()], dtype=np.int64),
     }
     columns: dict[str, np.ndarray] = {}
-    for part, who in owners.items():
+    for part_name, who in owners.items():
         answering = answered[nbrs[who]]
         short = np.flatnonzero(answering.sum(1) < t)
         if len(short):
             m = int(who[short[0]])
-            role = "survivor" if part == "b" else "dropped client"
+            role = "survivor" if part_name == "b" else "dropped client"
             raise abort(
                 f"{role} {m} has {int(answering[short[0]].sum())} of its {k} neighbours "
                 f"answering the unmasking, below the threshold {t}"
             )
-        columns[part] = np.argsort(~answering, axis=1, kind="stable")[:, :t]
-    if len(order) == n:
-        total = masked_rows.sum(axis=0, dtype=np.uint64)
-    else:
-        total = masked_rows[order[0]].copy()
-        for m in order[1:].tolist():
-            np.add(total, masked_rows[m], out=total)
+        columns[part_name] = np.argsort(~answering, axis=1, kind="stable")[:, :t]
+    totals = [
+        (segment if everyone else segment[order]).sum(axis=0, dtype=segment.dtype)
+        for segment in segments
+    ]
     limb_part = {"b": slice(0, _LIMBS), "rho": slice(_LIMBS, 2 * _LIMBS)}
     rebuilt = {
         part: shamir_combine_many(columns[part], held[who[:, None], columns[part], limb_part[part]])
         for part, who in owners.items()
     }
     unmask_bytes = (len(order) + len(owners["rho"])) * t * _LIMBS * _WORD_BYTES
-    for limbs in rebuilt["b"]:  # the survivors' self masks
-        np.subtract(total, aes_prg(_limbs_key_checked(limbs, abort), length), out=total)
-        streams += 1
-    for d, limbs in zip(owners["rho"].tolist(), rebuilt["rho"], strict=True):
+    server = _Masker(rows, [total[None, :] for total in totals])
+    for limbs_b in rebuilt["b"]:  # the survivors' self masks
+        server.subtract(0, server.expand(_limbs_key_checked(limbs_b, abort)))
+    for d, limbs_rho in zip(owners["rho"].tolist(), rebuilt["rho"], strict=True):
         try:
-            key = _limbs_key_checked(limbs, abort)
+            key = _limbs_key_checked(limbs_rho, abort)
             mask_keys = AESGCM(key).decrypt(_NONCE, sealed[d], _aad(round_id, ids[d]))
         except InvalidTag as error:  # a wrong rebuild cannot decrypt: abort, never a wrong sum
             raise abort(f"the round key of dropped client {d} did not rebuild") from error
-        for column, j in enumerate(nbrs[d].tolist()):
-            if not survived[j]:
-                continue
-            stream = aes_prg(mask_keys[16 * column : 16 * column + 16], length)
-            streams += 1
-            if j < d:  # j added +PRG(s_jd); undo it
-                np.subtract(total, stream, out=total)
-            else:
-                np.add(total, stream, out=total)
+        for column, j in enumerate(nbr_lists[d]):
+            if survived_list[j]:  # j < d added +PRG(s_jd): undo it
+                stream = server.expand(mask_keys[16 * column : 16 * column + 16])
+                (server.subtract if j < d else server.add)(0, stream)
+    server.finish()
+    streams += server.streams
     server_seconds = time.perf_counter() - start
 
     responders = int(answered.sum())
     upload = (
         share_bytes // max(len(members), 1)
         + len(sealed.get(int(members[0]), b""))
-        + length * _WORD_BYTES
+        + row_bytes
         + unmask_bytes // max(responders, 1)
     )
+    if single is not None:
+        total_out, masked = totals[0], {int(m): single[m] for m in order.tolist()}
+    else:
+        total_out = (
+            np.concatenate([part.view(np.uint8) for part in totals])
+            if totals
+            else np.zeros(0, np.uint8)
+        )
+        masked = {int(m): rows.buffer[m] for m in order.tolist()}
     return SecureSumResult(
-        total=total,
+        total=total_out,
         survivors=[int(m) for m in order],
         dropped=sorted(dropped),
         client_seconds=client_seconds,
         server_seconds=server_seconds,
         upload_bytes_per_client=upload,
-        masked={int(m): masked_rows[m] for m in order.tolist()},
+        masked=masked,
         absent=sorted(absent),
         protocol="secagg+" if not params.complete else "secagg+ (complete graph)",
         degree=k,
@@ -738,7 +789,91 @@ def secure_sum_plus(
         graph_seed=seed,
         key_agreements=directory.key_agreements - agreements_before,
         prg_streams=streams,
+        parts=totals,
     )
+
+
+class _Masker:
+    """Adds AES keystreams of whole rows to the rows of a :class:`WordRows` in place.
+
+    ``targets[s]`` is a (targets, words) array for segment s: the rows of the clients, or the
+    server's running total as one row. The largest segment is added stream by stream with one NumPy operation; the
+    other (small) segments, MF-SecAvg's 14 network words, are collected and added in one
+    operation per segment at :meth:`finish`, which must be called before reading the targets.
+    """
+
+    def __init__(self, rows: WordRows, targets: Sequence[np.ndarray]) -> None:
+        offsets = rows.offsets
+        sizes = [dtype.itemsize * count for dtype, _, count in offsets]
+        self.main = max(range(len(sizes)), key=sizes.__getitem__) if sizes else 0
+        self.minor = [s for s in range(len(sizes)) if s != self.main and sizes[s]]
+        self.offsets = offsets
+        self.zeros = _zeros(rows.buffer.shape[1])
+        dtype, offset, count = offsets[self.main] if offsets else (np.dtype("<u8"), 0, 0)
+        self.main_layout = (dtype, count, offset)
+        self.targets_by_segment = targets
+        self.main_targets = list(targets[self.main]) if offsets else []
+        self.heads: list[bytes] = []
+        self.plus: list[tuple[int, int]] = []  # (target, stream)
+        self.minus: list[tuple[int, int]] = []
+        self.streams = 0
+
+    def expand(self, key: bytes) -> tuple[np.ndarray, int]:
+        """The main-segment words of ``key``'s keystream, and the stream's number."""
+        stream = AESGCM(key).encrypt(_NONCE, self.zeros, None)
+        for s in self.minor:
+            dtype, offset, count = self.offsets[s]
+            self.heads.append(stream[offset : offset + dtype.itemsize * count])
+        self.streams += 1
+        dtype, count, offset = self.main_layout
+        return np.frombuffer(stream, dtype, count, offset), self.streams - 1
+
+    def add(self, target: int, stream: tuple[np.ndarray, int]) -> None:
+        row = self.main_targets[target]
+        np.add(row, stream[0], out=row)
+        self.plus.append((target, stream[1]))
+
+    def subtract(self, target: int, stream: tuple[np.ndarray, int]) -> None:
+        row = self.main_targets[target]
+        np.subtract(row, stream[0], out=row)
+        self.minus.append((target, stream[1]))
+
+    def finish(self) -> None:
+        for position, s in enumerate(self.minor):
+            dtype, _, count = self.offsets[s]
+            chunks = self.heads[position :: len(self.minor)]
+            heads = np.frombuffer(b"".join(chunks), dtype).reshape(len(chunks), count)
+            segment = self.targets_by_segment[s]
+            for pairs, ufunc in ((self.plus, np.add), (self.minus, np.subtract)):
+                if pairs:
+                    where, which = np.array(pairs, dtype=np.int64).T
+                    ufunc.at(segment, where, heads[which])
+        self.heads, self.plus, self.minus = [], [], []
+
+
+@functools.lru_cache(maxsize=1024)
+def _graph(
+    n: int, degree: int, seed: bytes
+) -> tuple[
+    np.ndarray, list[int], list[list[int]], list[list[int]], list[tuple[int, int, int, int]]
+]:
+    """The round's graph, cached (a cohort that meets again with the same graph seed rebuilds
+    nothing): the neighbours (read-only), the ring order (for a sparse graph), the neighbour
+    lists, ``mirror[m][col]`` (m's column in the row of its neighbour at column col) and the
+    edges (a, column of b in a's row, b, column of a in b's row) with a < b."""
+    nbrs = harary_neighbours(n, degree, seed)
+    nbrs.setflags(write=False)
+    lists = nbrs.tolist()
+    column_of = [{j: col for col, j in enumerate(row)} for row in lists]
+    mirror = [[column_of[j][m] for j in row] for m, row in enumerate(lists)]
+    edges = [
+        (a, col, b, mirror[a][col])
+        for a, row in enumerate(lists)
+        for col, b in enumerate(row)
+        if a < b
+    ]
+    ring = _ring_order(nbrs) if degree < n - 1 else list(range(n))
+    return nbrs, ring, lists, mirror, edges
 
 
 def _round_parameters(

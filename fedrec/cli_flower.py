@@ -112,6 +112,7 @@ def run_flower(args: argparse.Namespace) -> int:
         clients_per_round=args.clients_per_round,
         seed=args.seed,
         eval_every=0,
+        client_optimizer="fresh",  # what Flower's nodes train
     )
     start = time.perf_counter()
     job = {

@@ -614,7 +614,10 @@ def test_diverged_clients_abort_their_rounds_and_the_global_model_is_kept(tmp_pa
     from fedrec.train.fedncf import FedNCFConfig, train_federated
 
     write_synthetic("ml-100k", tmp_path / "ml-100k")
-    config = FedNCFConfig(aggregator="mf-secavg", global_rounds=1, clients_per_round=12, lr=1e30)
+    config = FedNCFConfig(
+        aggregator="mf-secavg", global_rounds=1, clients_per_round=12, lr=1e30,
+        client_optimizer="fresh",
+    )  # fmt: skip
     result = train_federated(dataset="ml-100k", data_dir=tmp_path, config=config, progress=False)
     assert result.aborted_rounds > 0
     assert torch.isfinite(result.model.item_table()).all()

@@ -434,6 +434,20 @@ def test_cohort_selection_keeps_the_groups_and_resumes_exactly(small_dir: Path) 
     with pytest.raises(ValueError, match="selection must be"):
         FedNCFConfig(selection="fixed")  # type: ignore[arg-type]
 
+    # the bench flag: part of the run's cache key only when it is not the default
+    import argparse
+
+    from fedrec.experiments import fedncf as bench_fedncf
+
+    parser = argparse.ArgumentParser()
+    bench_fedncf.add_parser(parser.add_subparsers())
+    args = ["fedncf", "--model", "gmf", "--aggregators", "mf-fedavg", "--seeds", "1"]
+    assert bench_fedncf.config_from_args(parser.parse_args(args)).selection == "permutation"
+    bench = bench_fedncf.config_from_args(parser.parse_args([*args, "--selection", "cohorts"]))
+    assert bench.selection == "cohorts"
+    with pytest.raises(ValueError, match="selection must be"):
+        bench_fedncf.BenchFedNCFConfig(selection="fixed")
+
 
 @pytest.mark.parametrize("model", ["mlp", "neumf"])
 def test_federated_optimizer_state_batched_equals_reference(model: str, small_dir: Path) -> None:

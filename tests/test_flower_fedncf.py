@@ -28,7 +28,9 @@ from fedrec.federation.flower_fedncf import (
 from fedrec.federation.flower_secagg import mf_fedavg_from_sums, secure_vector
 from fedrec.train.fedncf import FedNCFConfig, train_federated
 
-CONFIG = FedNCFConfig(global_rounds=3, clients_per_round=10, eval_every=0, seed=0)
+CONFIG = FedNCFConfig(
+    client_optimizer="fresh", global_rounds=3, clients_per_round=10, eval_every=0, seed=0
+)
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +66,17 @@ def test_users_are_sharded_and_uploads_combine_in_order() -> None:
 def test_unsupported_settings_are_refused(data_dir: str) -> None:
     with pytest.raises(ValueError, match="not available on Flower"):
         run_simulation(
-            data_dir=data_dir, config=FedNCFConfig(aggregator="mf-secavg", global_rounds=1)
+            data_dir=data_dir,
+            config=FedNCFConfig(client_optimizer="fresh", aggregator="mf-secavg", global_rounds=1),
         )
     with pytest.raises(ValueError, match="num_nodes"):
         run_simulation(data_dir=data_dir, config=CONFIG, num_nodes=0)
     with pytest.raises(ValueError, match="SecAgg\\+ is implemented for MF-FedAvg only"):
-        run_deployment(data_dir=data_dir, config=FedNCFConfig(aggregator="fedavg"), secure=True)
+        run_deployment(
+            data_dir=data_dir,
+            config=FedNCFConfig(client_optimizer="fresh", aggregator="fedavg"),
+            secure=True,
+        )
 
 
 def _processes_in(folder: Path) -> list[int]:
@@ -89,7 +96,9 @@ def test_loopback_deployment_is_the_in_process_run_and_stops_its_processes(
     data_dir: str, tmp_path: Path
 ) -> None:
     # every user in one aggregation round: a deployment pays seconds per message
-    config = FedNCFConfig(global_rounds=1, clients_per_round=38, eval_every=0, seed=0)
+    config = FedNCFConfig(
+        client_optimizer="fresh", global_rounds=1, clients_per_round=38, eval_every=0, seed=0
+    )
     local = train_federated(dataset="ml-100k", data_dir=data_dir, config=config, progress=False)
     logs = tmp_path / "deploy"
     result = run_deployment(
@@ -153,7 +162,9 @@ def _combine_updates(parts: list[ClientUpdates]) -> ClientUpdates:
 
 
 def test_three_nodes_with_secagg_plus_give_the_plain_aggregate(data_dir: str) -> None:
-    config = FedNCFConfig(aggregation_rounds=1, clients_per_round=10, eval_every=0, seed=0)
+    config = FedNCFConfig(
+        client_optimizer="fresh", aggregation_rounds=1, clients_per_round=10, eval_every=0, seed=0
+    )
     secure = run_simulation(
         data_dir=data_dir, config=config, num_nodes=3, secure=True, return_model=True
     )
@@ -211,4 +222,10 @@ def _initial_items(data_dir: str) -> np.ndarray:
     from fedrec.federation.flower_fedncf import _initial_model
 
     data = load_prepared("ml-100k", data_dir)
-    return _initial_model(FedNCFConfig(seed=0), data.num_users, data.num_items).item_table().numpy()
+    return (
+        _initial_model(
+            FedNCFConfig(client_optimizer="fresh", seed=0), data.num_users, data.num_items
+        )
+        .item_table()
+        .numpy()
+    )

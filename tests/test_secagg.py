@@ -15,11 +15,14 @@ from fedrec.envs.datasets.synthetic import write_synthetic
 from fedrec.federation.aggregators import ClientUpdates, MFFedAvg
 from fedrec.federation.secagg import (
     FIELD_PRIME,
+    MalformedContribution,
     MFSecAvg,
     SecAggAborted,
     SecAggClient,
     decode_fixed_point,
     encode_fixed_point,
+    item_fraction_bits,
+    mf_secavg_rows,
     mf_secavg_vector,
     secure_sum,
     shamir_combine,
@@ -120,38 +123,71 @@ def test_mf_secavg_equals_mf_fedavg(round_updates: tuple) -> None:
     assert float((secure_net - plain_net).abs().max()) <= tolerance
     assert secure.last is not None and secure.last.survivors == list(range(updates.num_clients))
     # the server's view holds no plaintext: no masked word equals the client's word
-    plaintext = mf_secavg_vector(updates, 0, fraction_bits=BITS)
-    assert np.mean(secure.last.masked[0] == plaintext) < 1e-3
+    plaintext = mf_secavg_vector(updates, 0, fraction_bits=BITS, items=items)
+    assert np.mean(secure.last.masked[0].view(np.uint32) == plaintext.view(np.uint32)) < 1e-3
+
+
+def test_item_deltas_in_32_bit_words_keep_the_precision_and_refuse_overflow(
+    round_updates: tuple,
+) -> None:
+    updates, items, network = round_updates
+    plain_items, _ = MFFedAvg().aggregate(items=items, network=network, updates=updates)
+    wide = MFSecAvg(item_bits=64).aggregate(items=items, network=network, updates=updates)[0]
+    narrow = MFSecAvg().aggregate(items=items, network=network, updates=updates)[0]
+    bits = item_fraction_bits(updates.num_clients, fraction_bits=BITS)
+    assert bits == BITS  # 8 clients: 31 - 3 - 3 = 25 bits of headroom, capped at 24
+    for got in (wide, narrow):  # rounding ≤ 2^-(bits+1) per value, plus float32's own
+        assert float((got - plain_items).abs().max()) <= 2.0 ** -(bits + 1) + 1e-6
+    assert item_fraction_bits(20, fraction_bits=BITS) == 23
+    assert item_fraction_bits(1000, fraction_bits=BITS) == 18
+    with pytest.raises(ValueError, match="item_bits=64"):
+        item_fraction_bits(2**21, fraction_bits=BITS)
+    # a delta outside the encodable range is an abort naming the client and the part
+    limit = 2.0**31 / updates.num_clients / 2.0**bits
+    far = items.clone()
+    client = int(updates.row_client[0])
+    far[updates.row_item[0]] += limit + 1.0
+    with pytest.raises(MalformedContribution, match=rf"client {client}: .*item deltas"):
+        MFSecAvg().aggregate(items=far, network=network, updates=updates)
+    # MP_k is packed in 8-bit lanes below 256 clients: a quarter of the count words
+    rows = mf_secavg_rows(updates, fraction_bits=BITS, items=items)
+    num_items, width = items.shape
+    assert rows.layout[1][1] == num_items * width + -(-num_items // 4)
 
 
 def _uniformity_p_values(words: np.ndarray) -> tuple[float, float]:
-    """Chi-square p of the byte histogram and KS p of words / 2^64 against U(0, 1)."""
+    """Chi-square p of the byte histogram and KS p of words / 2^bits against U(0, 1)."""
     counts = np.bincount(words.view(np.uint8), minlength=256)
     chi2 = stats.chisquare(counts).pvalue
-    ks = stats.kstest(words.astype(np.float64) / 2.0**64, "uniform").pvalue
+    scale = 2.0 ** (8 * words.dtype.itemsize)
+    ks = stats.kstest(words.astype(np.float64) / scale, "uniform").pvalue
     return float(chi2), float(ks)
 
 
-def test_a_masked_upload_is_indistinguishable_from_noise(round_updates: tuple) -> None:
-    updates, _, _ = round_updates
-    vectors = [mf_secavg_vector(updates, k, fraction_bits=BITS) for k in range(updates.num_clients)]
-    plaintext = vectors[3]
+@pytest.mark.parametrize("graph", ["complete", "harary"])
+def test_a_masked_upload_is_indistinguishable_from_noise(round_updates: tuple, graph: str) -> None:
+    updates, items, _ = round_updates
+    rows = mf_secavg_rows(updates, fraction_bits=BITS, items=items)
+    plaintext = rows.buffer[3].copy()
     assert np.mean(plaintext == 0) > 0.2  # untouched items: zeros that must be hidden too
-    chi2, ks = _uniformity_p_values(plaintext)
+    chi2, ks = _uniformity_p_values(plaintext.view(np.uint32))
     assert chi2 < 1e-6 and ks < 1e-6  # the tests do detect the plaintext's structure
-    masked = secure_sum(vectors, round_id=0).masked[3]
-    chi2, ks = _uniformity_p_values(masked)
+    result = secure_sum(rows, round_id=0, graph=graph, degree=4 if graph == "harary" else None)
+    masked = result.masked[3]
+    chi2, ks = _uniformity_p_values(masked.view(np.uint32 if graph == "harary" else np.uint64))
     assert chi2 > 1e-3 and ks > 1e-3
 
 
-def test_dropout_after_masking_is_recovered(round_updates: tuple) -> None:
+@pytest.mark.parametrize("graph", ["complete", "harary"])
+def test_dropout_after_masking_is_recovered(round_updates: tuple, graph: str) -> None:
     updates, items, network = round_updates
-    vectors = [mf_secavg_vector(updates, k, fraction_bits=BITS) for k in range(updates.num_clients)]
-    result = secure_sum(vectors, round_id=3, dropped_after_sharing=[2, 5])
+    rows = mf_secavg_rows(updates, fraction_bits=BITS, items=items)
+    degree = 4 if graph == "harary" else None
+    result = secure_sum(rows, round_id=3, graph=graph, degree=degree, dropped_after_sharing=[2, 5])
     survivors = [k for k in range(updates.num_clients) if k not in (2, 5)]
     assert result.survivors == survivors and result.dropped == [2, 5]
-    expected = np.sum([vectors[k] for k in survivors], axis=0, dtype=np.uint64)
-    np.testing.assert_array_equal(result.total, expected)
+    for got, segment in zip(result.parts, rows.segments(), strict=True):
+        np.testing.assert_array_equal(got, segment[survivors].sum(axis=0, dtype=segment.dtype))
 
     # the aggregator with random dropouts equals MF-FedAvg over the survivors
     secure = MFSecAvg(fraction_bits=BITS, dropout=0.3, seed=4)
@@ -192,7 +228,13 @@ def test_a_client_never_reveals_both_secrets_of_one_client() -> None:
 def test_training_with_mf_secavg_matches_mf_fedavg(data_dir: Path) -> None:
     finals = {}
     for aggregator in ("mf-fedavg", "mf-secavg"):
-        config = FedNCFConfig(aggregator=aggregator, global_rounds=2, clients_per_round=12, lr=1e-2)
+        config = FedNCFConfig(
+            aggregator=aggregator,
+            global_rounds=2,
+            clients_per_round=12,
+            lr=1e-2,
+            client_optimizer="fresh",  # uploads: the item rows and network alone
+        )
         result = train_federated(
             dataset="ml-100k", data_dir=data_dir, config=config, progress=False
         )

@@ -19,9 +19,10 @@ from fedrec.federation.aggregators import ClientUpdates, MFFedAvg
 from fedrec.federation.secagg import (
     MFSecAvg,
     SecAggAborted,
+    WordRows,
     decode_fixed_point,
     encode_fixed_point,
-    mf_secavg_matrix,
+    mf_secavg_rows,
     mf_secavg_vector,
     secure_sum,
 )
@@ -348,6 +349,18 @@ def test_secure_sum_plus_is_exact_or_aborts_for_any_dropouts(
     result = secure_sum_plus(vectors, round_id=0, graph_seed=seed, per_client=per_client, **drops)
     assert result.survivors == expected
     np.testing.assert_array_equal(result.total, _sum(vectors, expected))
+    # the same round on rows of 64- and 32-bit segments: each segment exact modulo its width
+    narrow = data.draw(st.integers(0, 7))
+    rows = WordRows.zeros(n, (("<u8", length), ("<u4", narrow)))
+    rows.buffer[:] = np.frombuffer(
+        data.draw(st.binary(min_size=rows.buffer.size, max_size=rows.buffer.size)), np.uint8
+    ).reshape(rows.buffer.shape)
+    result = secure_sum_plus(rows, round_id=1, graph_seed=seed, per_client=per_client, **drops)
+    for got, segment in zip(result.parts, rows.segments(), strict=True):
+        np.testing.assert_array_equal(got, segment[expected].sum(axis=0, dtype=segment.dtype))
+    np.testing.assert_array_equal(
+        result.total, np.concatenate([part.view(np.uint8) for part in result.parts])
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -408,11 +421,17 @@ def _updates(c: int, seed: int = 0, num_items: int = 40, width: int = 3) -> tupl
     return updates, torch.randn(num_items, width), torch.randn(7)
 
 
-def test_the_batched_encoding_equals_the_per_client_one() -> None:
-    updates, _, _ = _updates(9)
-    matrix = mf_secavg_matrix(updates, fraction_bits=20)
-    expected = np.stack([mf_secavg_vector(updates, k, fraction_bits=20) for k in range(9)])
-    np.testing.assert_array_equal(matrix, expected)
+@pytest.mark.parametrize("item_bits", [32, 64])
+def test_the_batched_encoding_equals_the_per_client_one(item_bits: int) -> None:
+    updates, items, _ = _updates(9)
+    rows = mf_secavg_rows(updates, fraction_bits=20, items=items, item_bits=item_bits)
+    expected = np.stack(
+        [
+            mf_secavg_vector(updates, k, fraction_bits=20, items=items, item_bits=item_bits)
+            for k in range(9)
+        ]
+    )
+    np.testing.assert_array_equal(rows.buffer, expected)
 
 
 @pytest.mark.parametrize(
@@ -467,3 +486,38 @@ def test_mf_secavg_with_dropouts_equals_mf_fedavg_over_the_survivors_or_aborts()
         assert float((got_items - plain_items).abs().max()) <= 20 * 2.0**-25 + 1e-6
         assert float((got_net - plain_net).abs().max()) <= 20 * 2.0**-25 + 1e-6
     assert "recovered" in outcomes
+
+
+def test_a_cohort_meeting_again_gets_its_graph_and_cached_pair_keys() -> None:
+    updates, items, network = _updates(20)
+    for per_client in (False, True):
+        secure = MFSecAvg(per_client=per_client)
+        secure.aggregate(items=items, network=network, updates=updates)
+        assert secure.last is not None and secure.last.key_agreements == 40 * (1 + per_client)
+        first = secure.last.neighbours
+        enrolled = secure.keys.enrolments if secure.keys is not None else 0
+        secure.aggregate(items=items, network=network, updates=updates)  # the same 20 clients
+        assert secure.last.key_agreements == 0 and secure.keys is not None
+        assert secure.keys.enrolments == enrolled == 20
+        np.testing.assert_array_equal(secure.last.neighbours, first)
+    ids = np.asarray(updates.clients)
+    other = ids.copy()
+    other[0] = max(ids) + 1  # one client replaced: another, independent graph
+    assert secure.graph_seed(ids) == secure.graph_seed(ids.copy())
+    assert secure.graph_seed(other) != secure.graph_seed(ids)
+    assert MFSecAvg(seed=1).graph_seed(ids) != secure.graph_seed(ids)  # a key per run
+
+
+def test_word_rows_layout_views_and_widening() -> None:
+    rows = WordRows.zeros(3, (("<u8", 2), ("<u4", 3)))
+    assert rows.buffer.shape == (3, 28)
+    wide, narrow = rows.segments()
+    wide[:] = 2**64 - 1
+    narrow[:] = 2**32 - 1
+    total = rows.widened().sum(axis=0, dtype=np.uint64)  # 3 (2^b − 1) modulo 2^64
+    wide_sum, narrow_sum = rows.unpack(rows.narrowed(total))
+    assert wide_sum.tolist() == [2**64 - 3] * 2 and narrow_sum.tolist() == [2**32 - 3] * 3
+    with pytest.raises(ValueError, match="layout"):
+        WordRows.zeros(2, (("<u2", 4),))
+    with pytest.raises(ValueError, match="buffer"):
+        WordRows(np.zeros((2, 5), np.uint8), (("<u4", 1),))

@@ -142,6 +142,12 @@ class FedNCFConfig:
             raise ValueError(
                 f"client_optimizer must be one of {CLIENT_OPTIMIZERS}, got {self.client_optimizer!r}"
             )
+        if self.client_optimizer == "federated" and self.aggregator.lower() == "mf-secavg":
+            raise ValueError(
+                "client_optimizer='federated' uploads Adam's second moments (down to ~1e-12), "
+                "finer than MF-SecAvg's fixed point carries them; with aggregator='mf-secavg' "
+                "use client_optimizer='persistent' (or 'fresh')"
+            )
         if self.selection not in ("permutation", "cohorts"):
             raise ValueError(
                 f"selection must be 'permutation' or 'cohorts', got {self.selection!r}"

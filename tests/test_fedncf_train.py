@@ -540,3 +540,28 @@ def test_federated_optimizer_with_one_client_per_round_is_one_shared_adam(small_
         progress=False,
     ).model
     assert (fresh.item_table() - model.item_table()).abs().max() > 1e-3  # the check can fail
+
+
+def test_federated_optimizer_state_under_mf_secavg_matches_the_plain_round(small_dir: Path) -> None:
+    """MF-SecAvg carries the weights and, in its own finer fixed point, the Adam moments."""
+    from fedrec.train.fedncf import FedNCFTrainer
+
+    def trainer(aggregator: str) -> FedNCFTrainer:
+        config = FedNCFConfig(
+            model=NCFConfig(model="mlp"), aggregator=aggregator, aggregation_rounds=3,
+            clients_per_round=12, lr=1e-2, eval_every=0,
+        )  # fmt: skip
+        run = FedNCFTrainer(dataset="ml-100k", data_dir=small_dir, config=config, progress=False)
+        run.run()
+        return run
+
+    plain, secure = trainer("mf-fedavg"), trainer("mf-secavg")
+    assert secure.aborted == 0 and secure.moment_aggregator.rounds == 3
+    # fixed-point rounding (~1e-7 per value), amplified a little by three rounds of Adam at lr 1e-2
+    torch.testing.assert_close(secure.items, plain.items, atol=2e-4, rtol=0)
+    torch.testing.assert_close(secure.network, plain.network, atol=2e-4, rtol=0)
+    assert (secure.items - plain.items).abs().mean() < 1e-6
+    for name in ("item_moments", "network_moments"):
+        a, b = getattr(secure.optimizer_store, name), getattr(plain.optimizer_store, name)
+        np.testing.assert_allclose(a, b, atol=1e-8, rtol=1e-3)
+        assert np.abs(b).max() > 1e-6

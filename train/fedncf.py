@@ -62,6 +62,12 @@ BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
 # Configurations and results
 
 
+#: Fraction bits of the Adam moments under MF-SecAvg (64-bit words: steps of 1.8e-15, values
+#: up to 2^(63-46) / clients).
+MOMENT_FRACTION_BITS = 46
+#: Seeds the moments' MF-SecAvg (its public graph randomness and simulated dropouts).
+MOMENT_AGGREGATOR_SEED = 1
+
 #: The arrays of a checkpointed :class:`FederatedOptimizerState`.
 FEDERATED_STATE = ("user_moments", "network_moments", "item_moments")
 
@@ -141,12 +147,6 @@ class FedNCFConfig:
         if self.client_optimizer not in CLIENT_OPTIMIZERS:
             raise ValueError(
                 f"client_optimizer must be one of {CLIENT_OPTIMIZERS}, got {self.client_optimizer!r}"
-            )
-        if self.client_optimizer == "federated" and self.aggregator.lower() == "mf-secavg":
-            raise ValueError(
-                "client_optimizer='federated' uploads Adam's second moments (down to ~1e-12), "
-                "finer than MF-SecAvg's fixed point carries them; with aggregator='mf-secavg' "
-                "use client_optimizer='persistent' (or 'fresh')"
             )
         if self.selection not in ("permutation", "cohorts"):
             raise ValueError(
@@ -494,6 +494,8 @@ class FederatedOptimizerState(ClientOptimizerStore):
         """(2N,) the global [m | v] of the network weights."""
         self.item_moments = np.zeros((num_items, 2 * width), np.float32)
         """(I, 2E) the global [m | v] of every item row."""
+        self.moment_aggregator: Any = None
+        """with MF-SecAvg: the second secure aggregation that carries the moments."""
         self.uploads: tuple[np.ndarray, np.ndarray, int] | None = None
         """the last round's (C, 2N) network [m | v], (R, 2E) item-row [m | v] and longest client."""
         self.torch_states: dict[int, list[dict]] = {}
@@ -612,6 +614,13 @@ class FederatedOptimizerState(ClientOptimizerStore):
             raise RuntimeError("no round trained since the last aggregation")
         network_mv, item_mv, longest = self.uploads
         self.uploads = None
+        from fedrec.federation.secagg import MFSecAvg
+
+        if isinstance(aggregator, MFSecAvg):
+            return self._aggregate_secure(
+                aggregator, items=items, network=network, updates=updates, longest=longest,
+                network_mv=network_mv, item_mv=item_mv,
+            )  # fmt: skip
         width, size = items.shape[1], network.shape[0]
         joint = dataclasses.replace(
             updates,
@@ -630,6 +639,58 @@ class FederatedOptimizerState(ClientOptimizerStore):
         np.maximum(self.network_moments[size:], 0, out=self.network_moments[size:])
         self.step_count += longest
         return new_items[:, :width].contiguous(), new_network[:size].contiguous()
+
+    def secure_moments(self, aggregator: Any) -> Any:
+        """The MF-SecAvg that carries the moments next to ``aggregator`` (made on first use)."""
+        from fedrec.federation.secagg import MFSecAvg
+
+        if self.moment_aggregator is None:
+            self.moment_aggregator = MFSecAvg(
+                fraction_bits=MOMENT_FRACTION_BITS,
+                item_bits=64,
+                threshold=aggregator.threshold,
+                dropout=aggregator.dropout,
+                seed=MOMENT_AGGREGATOR_SEED,
+                graph=aggregator.graph,
+                key_reuse=aggregator.keys is not None,
+                threat=aggregator.threat,
+                degree=aggregator.degree,
+                per_client=aggregator.per_client,
+            )
+        return self.moment_aggregator
+
+    def _aggregate_secure(
+        self,
+        aggregator: Any,
+        *,
+        items: torch.Tensor,
+        network: torch.Tensor,
+        updates: ClientUpdates,
+        longest: int,
+        network_mv: np.ndarray,
+        item_mv: np.ndarray,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """MF-SecAvg: the weights through ``aggregator``; the moments through a second MF-SecAvg
+        of the same protocol in 64-bit words with :data:`MOMENT_FRACTION_BITS` fraction bits
+        (second moments go down to ~1e-12, below the weights' fixed-point step). If either
+        aborts, nothing changes (the trainer keeps its global model)."""
+        moments = dataclasses.replace(
+            updates, network=torch.from_numpy(network_mv), item_rows=torch.from_numpy(item_mv)
+        )
+        new_item_mv, new_network_mv = self.secure_moments(aggregator).aggregate(
+            items=torch.from_numpy(self.item_moments),
+            network=torch.from_numpy(self.network_moments),
+            updates=moments,
+        )
+        new_items, new_network = aggregator.aggregate(items=items, network=network, updates=updates)
+        self.item_moments = new_item_mv.numpy().astype(np.float32)
+        self.network_moments = new_network_mv.numpy().astype(np.float32)
+        width = items.shape[1]
+        np.maximum(self.item_moments[:, width:], 0, out=self.item_moments[:, width:])
+        size = network.shape[0]
+        np.maximum(self.network_moments[size:], 0, out=self.network_moments[size:])
+        self.step_count += longest
+        return new_items, new_network
 
 
 def _adam_factors(
@@ -1346,6 +1407,11 @@ class FedNCFTrainer(Trainer):
             )
             self.optimizer_store = kind(config.model, num_users=self.num_users, num_items=num_items)
             self.extra["optimizer_store"] = self.optimizer_store
+        self.moment_aggregator = None  # with MF-SecAvg, the federated moments' own round
+        if isinstance(self.optimizer_store, FederatedOptimizerState) and hasattr(
+            self.aggregator, "rng"
+        ):
+            self.moment_aggregator = self.optimizer_store.secure_moments(self.aggregator)
         self.rounds_done = 0
         self.history: list[EvalPoint] = []
         self.participations = 0
@@ -1465,6 +1531,9 @@ class FedNCFTrainer(Trainer):
             "groups": list(self.groups),
             "selection_rng": self.selection_rng.bit_generator.state,
             "aggregator_rng": aggregator_rng.bit_generator.state if aggregator_rng else None,
+            "moment_aggregator_rng": None
+            if self.moment_aggregator is None
+            else self.moment_aggregator.rng.bit_generator.state,
             "history": [dataclasses.asdict(p) for p in self.history],
             "participations": self.participations,
             "samples": self.samples,
@@ -1479,6 +1548,8 @@ class FedNCFTrainer(Trainer):
         self.selection_rng.bit_generator.state = state["selection_rng"]
         if state["aggregator_rng"] is not None:
             self.aggregator.rng.bit_generator.state = state["aggregator_rng"]
+        if state.get("moment_aggregator_rng") is not None and self.moment_aggregator is not None:
+            self.moment_aggregator.rng.bit_generator.state = state["moment_aggregator_rng"]
         self.history = [EvalPoint(**p) for p in state["history"]]
         samples = state["samples"]
         if np.ndim(samples):  # a checkpoint of an older fedrec kept every n_k

@@ -312,15 +312,22 @@ def client_costs(config: BenchFedNCFConfig, results: dict) -> dict[str, dict[str
         item_words = num_items * ncf.item_width
         # forward + backward ≈ 3 forward passes per example, for local_epochs (2) epochs
         flops = 3 * ncf.forward_flops() * 2 * samples
+        # the federated Adam state travels with the weights: m and v of the items and network
+        moments = (
+            2 * (item_words + ncf.network_size) if config.client_optimizer == "federated" else 0
+        )
         costs[model] = {
             "network_weights": ncf.network_size,
             "item_weights": item_words,
             "user_weights": ncf.item_width,
             "mean_examples_per_epoch": samples,
             "mflops_per_round": flops / 1e6,
-            "download_kb": (item_words + ncf.network_size) * 4 / 1024,
-            "upload_kb": (item_words + ncf.network_size + 1) * 4 / 1024 + num_items / 8 / 1024,
-            "secagg_upload_kb": (item_words + ncf.network_size + 1 + num_items) * 8 / 1024,
+            "download_kb": (item_words + ncf.network_size + moments) * 4 / 1024,
+            "upload_kb": (item_words + ncf.network_size + 1 + moments) * 4 / 1024
+            + num_items / 8 / 1024,
+            "secagg_upload_kb": (item_words + ncf.network_size + 1 + num_items + moments)
+            * 8
+            / 1024,
         }
     return costs
 
@@ -523,7 +530,12 @@ def render(summary: dict, console: Any | None = None) -> None:
         title="Client cost per aggregation round (FedNCF table 7)",
         caption="FLOPs: 3 × forward multiply-adds × 2 per example, 2 local epochs, mean examples "
         "per client measured; KB of float32 weights (upload adds the MP bitmap and n_k; "
-        "MF-SecAvg sends 64-bit words incl. the per-item counts, plus keys and shares).",
+        "MF-SecAvg sends 64-bit words incl. the per-item counts, plus keys and shares)"
+        + (
+            "; with the federated Adam state the weights travel with their moments m and v."
+            if config.get("client_optimizer") == "federated"
+            else "."
+        ),
     )
     for column in (
         "model",

@@ -16,10 +16,13 @@ so every user trains exactly once per global round. FedNCF's "400 epochs" are 40
 **Optimiser.** Adam (lr 1e-3) on the network weights and, lazily, on embedding rows
 (``torch.optim.SparseAdam``, as for ``nn.Embedding(sparse=True)``): a row moves only on steps
 whose batch contains it. The batch size (not given by FedNCF) defaults to 64 on clients and 256
-(NCF's default) centrally. By default a client's optimiser is fresh every participation;
-``client_optimizer="persistent"`` lets each client keep its Adam moments and step count across its
-participations (:class:`ClientOptimizerStore`; the parameters still come from the server and the
-private user store).
+(NCF's default) centrally. FedNCF does not say what a client's Adam state is. By default
+(``client_optimizer="federated"``, :class:`FederatedOptimizerState`) the Adam state of the item
+rows and network is federated like the weights: sent with them, continued by the clients and
+aggregated by the server's rule, while a user row's state stays on its client; with one client per
+round this is one Adam over all clients' batches. ``"persistent"`` lets each client keep its own
+Adam state across its participations (:class:`ClientOptimizerStore`); ``"fresh"`` gives it a new
+Adam every participation (the paper's literal reading).
 
 **Batched simulation.** :func:`train_round_batched` trains a round's clients together: their
 network weights and user rows are stacked into one (C, ·) array, their item rows into one flat

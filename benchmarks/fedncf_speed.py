@@ -5,7 +5,8 @@ Usage: ``python benchmarks/fedncf_speed.py [--dataset ml-100k] [--models gmf neu
 [--threads 1 2] [--reference-rounds 0] [--out results/fedncf]``.
 
 Every run is :func:`fedrec.train.fedncf.train_federated`'s setting (MF-FedAvg, 20 clients per
-aggregation round, fresh client optimisers, seed 0), evaluated only at the end. For each model:
+aggregation round, seed 0), evaluated only at the end, with fresh client optimisers unless
+``--client-optimizer`` says otherwise. For each model:
 
 * **400 global rounds.** A model named in ``--full`` trains all ``--global-rounds`` global rounds,
   ``--runs`` times. Any other model trains ``--measure-rounds`` global rounds ``--runs`` times and
@@ -67,9 +68,17 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
+#: The clients' optimiser state of every run (``--client-optimizer``; "fresh" by default, the
+#: setting of the committed results/fedncf/speed.md).
+CLIENT_OPTIMIZER = "fresh"
+
+
 def trainer(dataset: str, data_dir: str | None, model: str, rounds: int, threads: int) -> Any:
     config = FedNCFConfig(
-        client_optimizer="fresh", model=NCFConfig(model=model), global_rounds=rounds, eval_every=0
+        client_optimizer=CLIENT_OPTIMIZER,  # type: ignore[arg-type]
+        model=NCFConfig(model=model),
+        global_rounds=rounds,
+        eval_every=0,
     )
     run = FedNCFTrainer(dataset=dataset, config=config, data_dir=data_dir, progress=False)
     run.torch_threads = threads  # Trainer.run sets it (1 by default)
@@ -237,7 +246,8 @@ def markdown(report: dict) -> str:
         "",
         f"## {cfg['global_rounds']} global rounds (training time, evaluation excluded)",
         "",
-        f"MF-FedAvg, 20 clients per aggregation round, fresh client optimisers, seed 0; median of "
+        f"MF-FedAvg, 20 clients per aggregation round, {report['config'].get('client_optimizer', 'fresh')} "
+        f"client optimisers, seed 0; median of "
         f"{cfg['runs']} runs (min-max).",
         "",
         "| model | how | training s | min-max | wall s (median) | HR@10 | NDCG@10 | load |",
@@ -335,10 +345,16 @@ def main() -> None:
     parser.add_argument("--profile-rounds", type=int, default=2, help="0: no profile")
     parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--reference-rounds", type=int, default=0)
+    parser.add_argument(
+        "--client-optimizer", default="fresh", choices=("fresh", "persistent", "federated")
+    )
     parser.add_argument("--out", default="results/fedncf")
     args = parser.parse_args()
+    global CLIENT_OPTIMIZER
+    CLIENT_OPTIMIZER = args.client_optimizer
     report: dict[str, Any] = {
         "config": {
+            "client_optimizer": args.client_optimizer,
             "dataset": args.dataset,
             "global_rounds": args.global_rounds,
             "measure_rounds": args.measure_rounds,

@@ -169,6 +169,28 @@ def _assert_same_round(
     torch.testing.assert_close(b_rows, r_rows, atol=2e-5, rtol=1e-4)
 
 
+def _round_kwargs(
+    clients: ClientData,
+    users: np.ndarray,
+    r: int,
+    *,
+    user_store: torch.Tensor,
+    items: torch.Tensor,
+    network: torch.Tensor,
+) -> dict:
+    """One round's arguments for both simulations (large steps make any divergence visible)."""
+    return {
+        "round_samples": sample_round(
+            clients, users, round_rng(2, r), num_negatives=4, local_epochs=2
+        ),
+        "user_rows": user_store[torch.from_numpy(users)],
+        "items": items,
+        "network": network,
+        "lr": 1e-2,
+        "batch_size": 8,
+    }
+
+
 @pytest.mark.parametrize("model", ["gmf", "mlp", "neumf"])
 def test_persistent_client_optimizers_batched_equals_reference(model: str, small_dir: Path) -> None:
     data = load_prepared("ml-100k", small_dir)
@@ -185,16 +207,9 @@ def test_persistent_client_optimizers_batched_equals_reference(model: str, small
     local_steps = np.zeros(data.num_users, np.int64)  # each client's steps so far
     for r, round_users in enumerate(rounds):
         users = np.array(round_users)
-        kwargs = {
-            "round_samples": sample_round(
-                clients, users, round_rng(2, r), num_negatives=4, local_epochs=2
-            ),
-            "user_rows": user_store[torch.from_numpy(users)],
-            "items": items,
-            "network": network,
-            "lr": 1e-2,
-            "batch_size": 8,
-        }
+        kwargs = _round_kwargs(
+            clients, users, r, user_store=user_store, items=items, network=network
+        )
         local_steps[users] += 2 * -(-kwargs["round_samples"].samples // 8)  # 2 epochs of 8
         batched = train_round_batched(config, **kwargs, optimizer_store=batched_store)
         reference = train_round_reference(config, **kwargs, optimizer_store=reference_store)
@@ -463,16 +478,9 @@ def test_federated_optimizer_state_batched_equals_reference(model: str, small_di
     aggregator = make_aggregator("mf-fedavg")
     for r, round_users in enumerate([[1, 2, 6, 11, 23, 30], [2, 5, 11, 17, 30], [1, 2, 11, 19]]):
         users = np.array(round_users)
-        kwargs = {
-            "round_samples": sample_round(
-                clients, users, round_rng(2, r), num_negatives=4, local_epochs=2
-            ),
-            "user_rows": user_store[torch.from_numpy(users)],
-            "items": items,
-            "network": network,
-            "lr": 1e-2,
-            "batch_size": 8,
-        }
+        kwargs = _round_kwargs(
+            clients, users, r, user_store=user_store, items=items, network=network
+        )
         batched = train_round_batched(config, **kwargs, optimizer_store=stores[0])
         reference = train_round_reference(config, **kwargs, optimizer_store=stores[1])
         _assert_same_round(batched, reference, items)

@@ -37,6 +37,7 @@ the stack. :func:`train_round_reference` is the plain per-client loop (an :class
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import itertools
 import math
@@ -398,7 +399,50 @@ def _shuffle_order(keys: np.ndarray, by_owner: np.ndarray, bounds: list[int]) ->
 # Client optimiser state kept across participations ("persistent")
 
 
-class ClientOptimizerStore:
+class AdamStateStore(abc.ABC):
+    """Where the clients' Adam state lives between rounds (``client_optimizer`` other than
+    "fresh"): the batched simulation loads a round's starting state and saves its final one."""
+
+    def __init__(self) -> None:
+        self._corrections = np.ones((2, 1))  # 1 - beta1**s, 1 - beta2**s for s = 0, 1, ...
+
+    def bias_corrections(self, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(1 - beta1**s, 1 - beta2**s) for the step counts ``steps``, as Python floats compute them.
+
+        The table of every count so far is extended as counts grow (one ``**`` per new count).
+        """
+        top = int(steps.max()) + 1
+        known = self._corrections.shape[1]
+        if top > known:
+            new = range(known, max(top, 2 * known))
+            more = [[1 - BETA1**n for n in new], [1 - BETA2**n for n in new]]
+            self._corrections = np.concatenate([self._corrections, np.array(more)], 1)
+        return self._corrections[0].take(steps), self._corrections[1].take(steps)
+
+    @abc.abstractmethod
+    def load(
+        self, users: np.ndarray, row_client: np.ndarray, row_item: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The round's starting Adam state: (C, D) m and v of the stacked ``users``' [user row |
+        network], (R, 2E) [m | v] of the flat item rows (client ``users[row_client]``, item
+        ``row_item``) and each client's step count so far (C,)."""
+
+    @abc.abstractmethod
+    def save(
+        self,
+        users: np.ndarray,
+        row_client: np.ndarray,
+        row_item: np.ndarray,
+        *,
+        dense_m: np.ndarray,
+        dense_v: np.ndarray,
+        item_mv: np.ndarray,
+        local_steps: np.ndarray,
+    ) -> None:
+        """Keep the round's final Adam state (the inverse of :meth:`load`)."""
+
+
+class ClientOptimizerStore(AdamStateStore):
     """Every client's Adam state between its participations (``client_optimizer="persistent"``).
 
     This is client-side state that never leaves the client: the moments of its user row, of its
@@ -414,6 +458,7 @@ class ClientOptimizerStore:
     """
 
     def __init__(self, config: NCFConfig, *, num_users: int, num_items: int) -> None:
+        super().__init__()
         width = config.item_width
         self.steps = np.zeros(num_users, np.int64)
         """(U,) local steps each client has taken so far."""
@@ -425,20 +470,6 @@ class ClientOptimizerStore:
         """(U, I, 2E) each client's [m | v] of every item row (zero until it touches the row)."""
         self.torch_states: dict[int, list[dict]] = {}
         """the reference's state dicts (SparseAdam, Adam) per user."""
-        self._corrections = np.ones((2, 1))  # 1 - beta1**s, 1 - beta2**s for s = 0, 1, ...
-
-    def bias_corrections(self, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(1 - beta1**s, 1 - beta2**s) for the step counts ``steps``, as Python floats compute them.
-
-        The table of every count so far is extended as counts grow (one ``**`` per new count).
-        """
-        top = int(steps.max()) + 1
-        known = self._corrections.shape[1]
-        if top > known:
-            new = range(known, max(top, 2 * known))
-            more = [[1 - BETA1**n for n in new], [1 - BETA2**n for n in new]]
-            self._corrections = np.concatenate([self._corrections, np.array(more)], 1)
-        return self._corrections[0].take(steps), self._corrections[1].take(steps)
 
     def load(
         self, users: np.ndarray, row_client: np.ndarray, row_item: np.ndarray
@@ -468,7 +499,7 @@ class ClientOptimizerStore:
         self.steps[users] += local_steps
 
 
-class FederatedOptimizerState(ClientOptimizerStore):
+class FederatedOptimizerState(AdamStateStore):
     """The Adam state of the shared parameters, federated like them (``client_optimizer="federated"``).
 
     Why: with a client-owned Adam (fresh or persistent) every client divides its gradients by its
@@ -488,6 +519,7 @@ class FederatedOptimizerState(ClientOptimizerStore):
     """
 
     def __init__(self, config: NCFConfig, *, num_users: int, num_items: int) -> None:
+        super().__init__()
         width = config.item_width
         self.step_count = 0
         """global Adam step count (advanced by the longest client of each round)."""
@@ -501,8 +533,6 @@ class FederatedOptimizerState(ClientOptimizerStore):
         """with MF-SecAvg: the second secure aggregation that carries the moments."""
         self.uploads: tuple[np.ndarray, np.ndarray, int] | None = None
         """the last round's (C, 2N) network [m | v], (R, 2E) item-row [m | v] and longest client."""
-        self.torch_states: dict[int, list[dict]] = {}
-        self._corrections = np.ones((2, 1))
 
     def load(
         self, users: np.ndarray, row_client: np.ndarray, row_item: np.ndarray
@@ -720,7 +750,7 @@ def train_round_reference(
     network: torch.Tensor,
     lr: float,
     batch_size: int,
-    optimizer_store: ClientOptimizerStore | None = None,
+    optimizer_store: AdamStateStore | None = None,
 ) -> tuple[ClientUpdates, torch.Tensor]:
     """Train the round's clients one after another with ``torch.optim`` (the reference).
 
@@ -740,7 +770,10 @@ def train_round_reference(
         client_id = int(round_samples.users[k])
         if federated:
             optimizer_store.start_client(model, optimizers, client_id)
-        elif optimizer_store is not None and client_id in optimizer_store.torch_states:
+        elif (
+            isinstance(optimizer_store, ClientOptimizerStore)
+            and client_id in optimizer_store.torch_states
+        ):
             saved = optimizer_store.torch_states[client_id]
             for optimizer, state in zip(optimizers, saved, strict=True):
                 optimizer.load_state_dict(state)
@@ -758,7 +791,7 @@ def train_round_reference(
             moment_uploads.append(
                 optimizer_store.finish_client(model, optimizers, client_id, touched)
             )
-        elif optimizer_store is not None:
+        elif isinstance(optimizer_store, ClientOptimizerStore):
             optimizer_store.torch_states[client_id] = [o.state_dict() for o in optimizers]
         networks.append(model.network_vector())
         new_rows.append(model.user_table()[0])
@@ -1162,7 +1195,7 @@ def train_round_batched(
     lr: float,
     batch_size: int,
     engine: _BatchedNetwork | None = None,
-    optimizer_store: ClientOptimizerStore | None = None,
+    optimizer_store: AdamStateStore | None = None,
 ) -> tuple[ClientUpdates, torch.Tensor]:
     """Train a round's clients together (same results as :func:`train_round_reference`).
 
@@ -1401,7 +1434,7 @@ class FedNCFTrainer(Trainer):
         self.extra: dict[str, Any] = (
             {"engine": _BatchedNetwork(config.model)} if config.simulation == "batched" else {}
         )
-        self.optimizer_store: ClientOptimizerStore | None = None
+        self.optimizer_store: AdamStateStore | None = None
         if config.client_optimizer != "fresh":
             kind = (
                 FederatedOptimizerState
@@ -1573,7 +1606,7 @@ class FedNCFTrainer(Trainer):
                 "network_moments": store.network_moments,
                 "item_moments": store.item_moments,
             }
-        elif store is not None:
+        elif isinstance(store, ClientOptimizerStore):
             saved = {
                 "steps": store.steps,
                 "dense_m": store.dense_m,
@@ -1620,7 +1653,7 @@ class FedNCFTrainer(Trainer):
             store.step_count = int(saved["step_count"])
             for name, array in arrays.items():
                 setattr(store, name, array)
-        elif store is not None:
+        elif isinstance(store, ClientOptimizerStore):
             store.steps = np.array(saved["steps"])
             store.dense_m = np.array(saved["dense_m"])
             store.dense_v = np.array(saved["dense_v"])

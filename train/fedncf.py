@@ -641,40 +641,52 @@ class FederatedOptimizerState(AdamStateStore):
         network: torch.Tensor,
         updates: ClientUpdates,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Aggregate the round's weights and moments in one call of ``aggregator`` (the moments as
-        extra columns), keep the new global moments and return the new (items, network)."""
+        """Aggregate the round's weights and moments, keep the new global moments and return the
+        new (items, network). A plain rule takes the moments as extra columns of one call;
+        MF-SecAvg takes them in a second MF-SecAvg of the same protocol in 64-bit words with
+        :data:`MOMENT_FRACTION_BITS` fraction bits (second moments go down to ~1e-12, below the
+        weights' fixed-point step). If a round aborts, nothing changes (the trainer keeps its
+        global model)."""
         if self.uploads is None:
             raise RuntimeError("no round trained since the last aggregation")
         network_mv, item_mv, longest = self.uploads
         self.uploads = None
-        from fedrec.federation.secagg import MFSecAvg
-
-        if isinstance(aggregator, MFSecAvg):
-            return self._aggregate_secure(
-                aggregator, items=items, network=network, updates=updates, longest=longest,
-                network_mv=network_mv, item_mv=item_mv,
-            )  # fmt: skip
+        network_mv, item_mv = torch.from_numpy(network_mv), torch.from_numpy(item_mv)
+        item_moments = torch.from_numpy(self.item_moments)
+        network_moments = torch.from_numpy(self.network_moments)
         width, size = items.shape[1], network.shape[0]
-        joint = dataclasses.replace(
-            updates,
-            network=torch.cat([updates.network, torch.from_numpy(network_mv)], 1),
-            item_rows=torch.cat([updates.item_rows, torch.from_numpy(item_mv)], 1),
-        )
-        new_items, new_network = aggregator.aggregate(
-            items=torch.cat([items, torch.from_numpy(self.item_moments)], 1),
-            network=torch.cat([network, torch.from_numpy(self.network_moments)]),
-            updates=joint,
-        )
-        self.item_moments = new_items[:, width:].numpy().copy()
-        self.network_moments = new_network[size:].numpy().copy()
+        if aggregator.name == "mf-secavg":
+            moments = dataclasses.replace(updates, network=network_mv, item_rows=item_mv)
+            new_item_mv, new_network_mv = self.secure_moments(aggregator).aggregate(
+                items=item_moments, network=network_moments, updates=moments
+            )
+            new_items, new_network = aggregator.aggregate(
+                items=items, network=network, updates=updates
+            )
+        else:
+            joint = dataclasses.replace(
+                updates,
+                network=torch.cat([updates.network, network_mv], 1),
+                item_rows=torch.cat([updates.item_rows, item_mv], 1),
+            )
+            new_items, new_network = aggregator.aggregate(
+                items=torch.cat([items, item_moments], 1),
+                network=torch.cat([network, network_moments]),
+                updates=joint,
+            )
+            new_items, new_item_mv = new_items[:, :width].contiguous(), new_items[:, width:]
+            new_network, new_network_mv = new_network[:size].contiguous(), new_network[size:]
+        self.item_moments = new_item_mv.numpy().astype(np.float32)
+        self.network_moments = new_network_mv.numpy().astype(np.float32)
         # second moments are means of non-negative values; keep rounding from making one negative
         np.maximum(self.item_moments[:, width:], 0, out=self.item_moments[:, width:])
         np.maximum(self.network_moments[size:], 0, out=self.network_moments[size:])
         self.step_count += longest
-        return new_items[:, :width].contiguous(), new_network[:size].contiguous()
+        return new_items, new_network
 
     def secure_moments(self, aggregator: Any) -> Any:
-        """The MF-SecAvg that carries the moments next to ``aggregator`` (made on first use)."""
+        """The MF-SecAvg that carries the moments next to the MF-SecAvg ``aggregator`` (made on
+        first use, with the same protocol and threat model)."""
         from fedrec.federation.secagg import MFSecAvg
 
         if self.moment_aggregator is None:
@@ -691,39 +703,6 @@ class FederatedOptimizerState(AdamStateStore):
                 per_client=aggregator.per_client,
             )
         return self.moment_aggregator
-
-    def _aggregate_secure(
-        self,
-        aggregator: Any,
-        *,
-        items: torch.Tensor,
-        network: torch.Tensor,
-        updates: ClientUpdates,
-        longest: int,
-        network_mv: np.ndarray,
-        item_mv: np.ndarray,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """MF-SecAvg: the weights through ``aggregator``; the moments through a second MF-SecAvg
-        of the same protocol in 64-bit words with :data:`MOMENT_FRACTION_BITS` fraction bits
-        (second moments go down to ~1e-12, below the weights' fixed-point step). If either
-        aborts, nothing changes (the trainer keeps its global model)."""
-        moments = dataclasses.replace(
-            updates, network=torch.from_numpy(network_mv), item_rows=torch.from_numpy(item_mv)
-        )
-        new_item_mv, new_network_mv = self.secure_moments(aggregator).aggregate(
-            items=torch.from_numpy(self.item_moments),
-            network=torch.from_numpy(self.network_moments),
-            updates=moments,
-        )
-        new_items, new_network = aggregator.aggregate(items=items, network=network, updates=updates)
-        self.item_moments = new_item_mv.numpy().astype(np.float32)
-        self.network_moments = new_network_mv.numpy().astype(np.float32)
-        width = items.shape[1]
-        np.maximum(self.item_moments[:, width:], 0, out=self.item_moments[:, width:])
-        size = network.shape[0]
-        np.maximum(self.network_moments[size:], 0, out=self.network_moments[size:])
-        self.step_count += longest
-        return new_items, new_network
 
 
 def _adam_factors(
@@ -1443,11 +1422,10 @@ class FedNCFTrainer(Trainer):
             )
             self.optimizer_store = kind(config.model, num_users=self.num_users, num_items=num_items)
             self.extra["optimizer_store"] = self.optimizer_store
-        self.moment_aggregator = None  # with MF-SecAvg, the federated moments' own round
-        if isinstance(self.optimizer_store, FederatedOptimizerState) and hasattr(
-            self.aggregator, "rng"
-        ):
-            self.moment_aggregator = self.optimizer_store.secure_moments(self.aggregator)
+        if isinstance(self.optimizer_store, FederatedOptimizerState) and (
+            self.aggregator.name == "mf-secavg"
+        ):  # made now, so that a resumed run can restore its generator before the first round
+            self.optimizer_store.secure_moments(self.aggregator)
         self.rounds_done = 0
         self.history: list[EvalPoint] = []
         self.participations = 0
@@ -1472,6 +1450,11 @@ class FedNCFTrainer(Trainer):
             total=self.total_rounds / self.per_global,
             config_defaults=_setup_config(FedNCFConfig()),
         )
+
+    @property
+    def moment_aggregator(self) -> Any:
+        """With MF-SecAvg and the federated Adam state: the moments' own MF-SecAvg (else None)."""
+        return getattr(self.optimizer_store, "moment_aggregator", None)
 
     def start(self) -> None:
         pass  # everything starts from the seeded initialisation built in __init__

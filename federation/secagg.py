@@ -981,6 +981,23 @@ def mf_secavg_rows(
     return plain
 
 
+@dataclass(frozen=True)
+class SecureTables:
+    """A pair of tables that MF-SecAvg aggregates like the weights: the global ``items`` (I, W)
+    and ``network`` (N,), the clients' uploads of them, and the fixed point of their encoding
+    (:meth:`MFSecAvg.aggregate_with`)."""
+
+    items: torch.Tensor
+    network: torch.Tensor
+    updates: ClientUpdates
+    fraction_bits: int
+    """fraction bits of the network part and, in 64-bit words, of the item deltas."""
+
+    def __post_init__(self) -> None:
+        if not 8 <= self.fraction_bits <= 48:
+            raise ValueError(f"fraction_bits must be in [8, 48], got {self.fraction_bits}")
+
+
 class MFSecAvg(Aggregator):
     """MF-FedAvg on masked uploads (see the module docstring); equal to MF-FedAvg up to rounding.
 
@@ -1065,6 +1082,44 @@ class MFSecAvg(Aggregator):
     def aggregate(
         self, *, items: torch.Tensor, network: torch.Tensor, updates: ClientUpdates
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._secure_round([SecureTables(items, network, updates, self.fraction_bits)])[0]
+
+    def aggregate_with(
+        self,
+        *,
+        items: torch.Tensor,
+        network: torch.Tensor,
+        updates: ClientUpdates,
+        companion: SecureTables,
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+        """MF-SecAvg of the weights and of ``companion`` in **one** protocol run: the two
+        plaintexts are the segments of one row per client, masked with one keystream per pair
+        and unmasked with one set of shares, so the companion costs its mask bytes and nothing
+        else, and a client that drops drops from both. The companion's item part is in 64-bit
+        words with its own ``fraction_bits`` (e.g. Adam's second moments, far below the weights'
+        fixed-point step). Returns ((items, network), (companion items, companion network)).
+        The companion's uploads must come from the same clients touching the same rows."""
+        theirs = companion.updates
+        if not (
+            np.array_equal(np.asarray(theirs.clients), np.asarray(updates.clients))
+            and np.array_equal(np.asarray(theirs.num_samples), np.asarray(updates.num_samples))
+            and torch.equal(theirs.row_client, updates.row_client)
+            and torch.equal(theirs.row_item, updates.row_item)
+        ):
+            raise ValueError(
+                "the companion's uploads must come from the same clients, with the same sample "
+                "counts and the same touched rows, as the weights'"
+            )
+        weights = SecureTables(items, network, updates, self.fraction_bits)
+        main, extra = self._secure_round([weights, companion])
+        return main, extra
+
+    def _secure_round(
+        self, tables: Sequence[SecureTables]
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """One protocol run over the concatenated plaintexts of ``tables`` (the first in
+        ``item_bits``-bit item words, the others in 64-bit ones); their decoded aggregates."""
+        updates = tables[0].updates
         c = updates.num_clients
         round_id = self.rounds
         self.rounds += 1
@@ -1075,19 +1130,29 @@ class MFSecAvg(Aggregator):
                 f"a round of {c} clients is below the threshold {self.threshold}; round aborted"
             )
         start = time.perf_counter()
-        check_updates(
-            updates,
-            num_items=items.shape[0],
-            item_width=items.shape[1],
-            network_size=network.numel(),
-        )
-        plain = mf_secavg_rows(
-            updates,
-            fraction_bits=self.fraction_bits,
-            items=items,
-            item_bits=self.item_bits,
-            delta_bound=self.delta_bound,
-        )
+        plains, item_bits = [], [self.item_bits] + [64] * (len(tables) - 1)
+        for part, bits in zip(tables, item_bits, strict=True):
+            check_updates(
+                part.updates,
+                num_items=part.items.shape[0],
+                item_width=part.items.shape[1],
+                network_size=part.network.numel(),
+            )
+            plains.append(
+                mf_secavg_rows(
+                    part.updates,
+                    fraction_bits=part.fraction_bits,
+                    items=part.items,
+                    item_bits=bits,
+                    delta_bound=self.delta_bound,
+                )
+            )
+        plain = plains[0]
+        if len(plains) > 1:  # one row per client: the plaintexts side by side
+            plain = WordRows(
+                np.concatenate([p.buffer for p in plains], axis=1),
+                tuple(entry for p in plains for entry in p.layout),
+            )
         encode_seconds = time.perf_counter() - start
         dropped = np.flatnonzero(self.rng.random(c) < self.dropout) if self.dropout else []
         ids = np.asarray(updates.clients).astype(np.int64)
@@ -1118,19 +1183,25 @@ class MFSecAvg(Aggregator):
         result.client_seconds += encode_seconds
         self.last = result
         start = time.perf_counter()
-        decoded = decode_mf_secavg(
-            result.parts,
-            items=items,
-            network=network,
-            fraction_bits=self.fraction_bits,
-            item_fraction_bits=item_fraction_bits(
-                c,
-                fraction_bits=self.fraction_bits,
-                item_bits=self.item_bits,
-                delta_bound=self.delta_bound,
-            ),
-            num_clients=c,
-        )
+        decoded, at = [], 0
+        for part, p, bits in zip(tables, plains, item_bits, strict=True):
+            segments = len(p.layout)
+            decoded.append(
+                decode_mf_secavg(
+                    result.parts[at : at + segments],
+                    items=part.items,
+                    network=part.network,
+                    fraction_bits=part.fraction_bits,
+                    item_fraction_bits=item_fraction_bits(
+                        c,
+                        fraction_bits=part.fraction_bits,
+                        item_bits=bits,
+                        delta_bound=self.delta_bound,
+                    ),
+                    num_clients=c,
+                )
+            )
+            at += segments
         result.server_seconds += time.perf_counter() - start
         return decoded
 

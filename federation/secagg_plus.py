@@ -797,45 +797,53 @@ class _Masker:
     """Adds AES keystreams of whole rows to the rows of a :class:`WordRows` in place.
 
     ``targets[s]`` is a (targets, words) array for segment s: the rows of the clients, or the
-    server's running total as one row. The largest segment is added stream by stream with one NumPy operation; the
-    other (small) segments, MF-SecAvg's 14 network words, are collected and added in one
-    operation per segment at :meth:`finish`, which must be called before reading the targets.
+    server's running total as one row. The large segments (the largest, and any of at least
+    :data:`_LARGE_SEGMENT_BYTES`: MF-SecAvg's item part, and a companion's) are added stream by
+    stream with one NumPy operation each; the other (small) segments, MF-SecAvg's 14 network
+    words, are collected and added in one operation per segment at :meth:`finish`, which must be
+    called before reading the targets.
     """
 
     def __init__(self, rows: WordRows, targets: Sequence[np.ndarray]) -> None:
         offsets = rows.offsets
         sizes = [dtype.itemsize * count for dtype, _, count in offsets]
-        self.main = max(range(len(sizes)), key=sizes.__getitem__) if sizes else 0
-        self.minor = [s for s in range(len(sizes)) if s != self.main and sizes[s]]
+        largest = max(range(len(sizes)), key=sizes.__getitem__) if sizes else None
+        self.mains = [
+            s for s in range(len(sizes)) if s == largest or sizes[s] >= _LARGE_SEGMENT_BYTES
+        ]
+        self.minor = [s for s in range(len(sizes)) if s not in self.mains and sizes[s]]
         self.offsets = offsets
         self.zeros = _zeros(rows.buffer.shape[1])
-        dtype, offset, count = offsets[self.main] if offsets else (np.dtype("<u8"), 0, 0)
-        self.main_layout = (dtype, count, offset)
         self.targets_by_segment = targets
-        self.main_targets = list(targets[self.main]) if offsets else []
+        self.main_targets = [list(targets[s]) for s in self.mains]
         self.heads: list[bytes] = []
         self.plus: list[tuple[int, int]] = []  # (target, stream)
         self.minus: list[tuple[int, int]] = []
         self.streams = 0
 
-    def expand(self, key: bytes) -> tuple[np.ndarray, int]:
-        """The main-segment words of ``key``'s keystream, and the stream's number."""
+    def expand(self, key: bytes) -> tuple[list[np.ndarray], int]:
+        """The large segments' words of ``key``'s keystream, and the stream's number."""
         stream = AESGCM(key).encrypt(_NONCE, self.zeros, None)
         for s in self.minor:
             dtype, offset, count = self.offsets[s]
             self.heads.append(stream[offset : offset + dtype.itemsize * count])
         self.streams += 1
-        dtype, count, offset = self.main_layout
-        return np.frombuffer(stream, dtype, count, offset), self.streams - 1
+        words = []
+        for s in self.mains:
+            dtype, offset, count = self.offsets[s]
+            words.append(np.frombuffer(stream, dtype, count, offset))
+        return words, self.streams - 1
 
-    def add(self, target: int, stream: tuple[np.ndarray, int]) -> None:
-        row = self.main_targets[target]
-        np.add(row, stream[0], out=row)
+    def add(self, target: int, stream: tuple[list[np.ndarray], int]) -> None:
+        for rows, words in zip(self.main_targets, stream[0], strict=True):
+            row = rows[target]
+            np.add(row, words, out=row)
         self.plus.append((target, stream[1]))
 
-    def subtract(self, target: int, stream: tuple[np.ndarray, int]) -> None:
-        row = self.main_targets[target]
-        np.subtract(row, stream[0], out=row)
+    def subtract(self, target: int, stream: tuple[list[np.ndarray], int]) -> None:
+        for rows, words in zip(self.main_targets, stream[0], strict=True):
+            row = rows[target]
+            np.subtract(row, words, out=row)
         self.minus.append((target, stream[1]))
 
     def finish(self) -> None:
@@ -849,6 +857,11 @@ class _Masker:
                     where, which = np.array(pairs, dtype=np.int64).T
                     ufunc.at(segment, where, heads[which])
         self.heads, self.plus, self.minus = [], [], []
+
+
+#: A segment of at least this many bytes is masked stream by stream (a smaller one is collected
+#: and masked in one ``ufunc.at`` per segment, which is slow per word but cheap per call).
+_LARGE_SEGMENT_BYTES = 4096
 
 
 @functools.lru_cache(maxsize=1024)

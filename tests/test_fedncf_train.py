@@ -551,7 +551,8 @@ def test_federated_optimizer_with_one_client_per_round_is_one_shared_adam(small_
 
 
 def test_federated_optimizer_state_under_mf_secavg_matches_the_plain_round(small_dir: Path) -> None:
-    """MF-SecAvg carries the weights and, in its own finer fixed point, the Adam moments."""
+    """MF-SecAvg carries the weights and, in the same protocol run and a finer fixed point, the
+    Adam moments."""
     from fedrec.train.fedncf import FedNCFTrainer
 
     def trainer(aggregator: str) -> FedNCFTrainer:
@@ -564,7 +565,10 @@ def test_federated_optimizer_state_under_mf_secavg_matches_the_plain_round(small
         return run
 
     plain, secure = trainer("mf-fedavg"), trainer("mf-secavg")
-    assert secure.aborted == 0 and secure.moment_aggregator.rounds == 3
+    assert secure.aborted == 0 and secure.aggregator.rounds == 3
+    # one run per round: the weights' two segments, then the moments' (64-bit item words)
+    layout = [len(part) for part in secure.aggregator.last.parts]
+    assert len(layout) == 4 and layout[2] == 2 * secure.network.numel() + 1
     # fixed-point rounding (~1e-7 per value), amplified a little by three rounds of Adam at lr 1e-2
     torch.testing.assert_close(secure.items, plain.items, atol=2e-4, rtol=0)
     torch.testing.assert_close(secure.network, plain.network, atol=2e-4, rtol=0)

@@ -19,6 +19,7 @@ from fedrec.federation.secagg import (
     MFSecAvg,
     SecAggAborted,
     SecAggClient,
+    SecureTables,
     decode_fixed_point,
     encode_fixed_point,
     item_fraction_bits,
@@ -199,6 +200,58 @@ def test_dropout_after_masking_is_recovered(round_updates: tuple, graph: str) ->
     tolerance = updates.num_clients * 2.0 ** -(BITS + 1) + 1e-6
     assert float((got_items - plain_items).abs().max()) <= tolerance
     assert float((got_net - plain_net).abs().max()) <= tolerance
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_a_companion_rides_in_the_weights_protocol_run(
+    round_updates: tuple, dropout: float
+) -> None:
+    """aggregate_with: the weights and a companion (here fake Adam moments, down to 1e-12) in one
+    run of the protocol; each equals MF-FedAvg over the same survivors, the companion to 2^-47."""
+    import dataclasses
+
+    updates, items, network = round_updates
+    rng = np.random.default_rng(3)
+    width = 2 * items.shape[1]
+    moments = dataclasses.replace(
+        updates,
+        network=torch.from_numpy(10.0 ** rng.uniform(-12, -2, (updates.num_clients, 9))).float(),
+        item_rows=torch.from_numpy(10.0 ** rng.uniform(-12, -2, (len(updates.row_item), width))),
+    )
+    moments = dataclasses.replace(moments, item_rows=moments.item_rows.float())
+    global_mv = (torch.full((items.shape[0], width), 1e-6), torch.full((9,), 1e-6))
+    companion = SecureTables(*global_mv, moments, fraction_bits=46)
+    secure = MFSecAvg(fraction_bits=BITS, dropout=dropout, seed=4)
+    (got_items, got_net), (got_mv, got_net_mv) = secure.aggregate_with(
+        items=items, network=network, updates=updates, companion=companion
+    )
+    result = secure.last
+    assert secure.rounds == 1 and result is not None and len(result.parts) == 4
+    assert bool(result.dropped) == (dropout > 0)  # a client that drops, drops from both
+    survivors = np.array(result.survivors)
+    plain = MFFedAvg()
+    want_items, want_net = plain.aggregate(
+        items=items, network=network, updates=updates.subset(survivors)
+    )
+    want_mv, want_net_mv = plain.aggregate(
+        items=global_mv[0], network=global_mv[1], updates=moments.subset(survivors)
+    )
+    tolerance = updates.num_clients * 2.0 ** -(BITS + 1) + 1e-6
+    assert float((got_items - want_items).abs().max()) <= tolerance
+    assert float((got_net - want_net).abs().max()) <= tolerance
+    # the companion's finer fixed point keeps values of 1e-12 (float32 rounding aside)
+    torch.testing.assert_close(got_mv, want_mv, rtol=1e-5, atol=updates.num_clients * 2.0**-47)
+    torch.testing.assert_close(got_net_mv, want_net_mv, rtol=1e-5, atol=2.0**-40)
+    # uploads of other clients or rows than the weights' are refused before anything runs
+    other = dataclasses.replace(moments, row_item=moments.row_item.flip(0))
+    with pytest.raises(ValueError, match="same clients"):
+        secure.aggregate_with(
+            items=items,
+            network=network,
+            updates=updates,
+            companion=SecureTables(*global_mv, other, fraction_bits=46),
+        )
+    assert secure.rounds == 1
 
 
 def test_too_many_dropouts_abort_the_round_cleanly() -> None:

@@ -69,8 +69,6 @@ BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
 #: Fraction bits of the Adam moments under MF-SecAvg (64-bit words: steps of 1.8e-15, values
 #: up to 2^(63-46) / clients).
 MOMENT_FRACTION_BITS = 46
-#: Seeds the moments' MF-SecAvg (its public graph randomness and simulated dropouts).
-MOMENT_AGGREGATOR_SEED = 1
 
 #: The arrays of a checkpointed :class:`FederatedOptimizerState`.
 FEDERATED_STATE = ("user_moments", "network_moments", "item_moments")
@@ -529,8 +527,6 @@ class FederatedOptimizerState(AdamStateStore):
         """(2N,) the global [m | v] of the network weights."""
         self.item_moments = np.zeros((num_items, 2 * width), np.float32)
         """(I, 2E) the global [m | v] of every item row."""
-        self.moment_aggregator: Any = None
-        """with MF-SecAvg: the second secure aggregation that carries the moments."""
         self.uploads: tuple[np.ndarray, np.ndarray, int] | None = None
         """the last round's (C, 2N) network [m | v], (R, 2E) item-row [m | v] and longest client."""
 
@@ -643,10 +639,10 @@ class FederatedOptimizerState(AdamStateStore):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Aggregate the round's weights and moments, keep the new global moments and return the
         new (items, network). A plain rule takes the moments as extra columns of one call;
-        MF-SecAvg takes them in a second MF-SecAvg of the same protocol in 64-bit words with
-        :data:`MOMENT_FRACTION_BITS` fraction bits (second moments go down to ~1e-12, below the
-        weights' fixed-point step). If a round aborts, nothing changes (the trainer keeps its
-        global model)."""
+        MF-SecAvg takes them in the weights' protocol run (:meth:`MFSecAvg.aggregate_with`: one
+        set of masks and shares), as 64-bit words with :data:`MOMENT_FRACTION_BITS` fraction
+        bits (second moments go down to ~1e-12, below the weights' fixed-point step). If a round
+        aborts, nothing changes (the trainer keeps its global model)."""
         if self.uploads is None:
             raise RuntimeError("no round trained since the last aggregation")
         network_mv, item_mv, longest = self.uploads
@@ -656,12 +652,14 @@ class FederatedOptimizerState(AdamStateStore):
         network_moments = torch.from_numpy(self.network_moments)
         width, size = items.shape[1], network.shape[0]
         if aggregator.name == "mf-secavg":
+            from fedrec.federation.secagg import SecureTables
+
             moments = dataclasses.replace(updates, network=network_mv, item_rows=item_mv)
-            new_item_mv, new_network_mv = self.secure_moments(aggregator).aggregate(
-                items=item_moments, network=network_moments, updates=moments
+            companion = SecureTables(
+                item_moments, network_moments, moments, fraction_bits=MOMENT_FRACTION_BITS
             )
-            new_items, new_network = aggregator.aggregate(
-                items=items, network=network, updates=updates
+            (new_items, new_network), (new_item_mv, new_network_mv) = aggregator.aggregate_with(
+                items=items, network=network, updates=updates, companion=companion
             )
         else:
             joint = dataclasses.replace(
@@ -683,26 +681,6 @@ class FederatedOptimizerState(AdamStateStore):
         np.maximum(self.network_moments[size:], 0, out=self.network_moments[size:])
         self.step_count += longest
         return new_items, new_network
-
-    def secure_moments(self, aggregator: Any) -> Any:
-        """The MF-SecAvg that carries the moments next to the MF-SecAvg ``aggregator`` (made on
-        first use, with the same protocol and threat model)."""
-        from fedrec.federation.secagg import MFSecAvg
-
-        if self.moment_aggregator is None:
-            self.moment_aggregator = MFSecAvg(
-                fraction_bits=MOMENT_FRACTION_BITS,
-                item_bits=64,
-                threshold=aggregator.threshold,
-                dropout=aggregator.dropout,
-                seed=MOMENT_AGGREGATOR_SEED,
-                graph=aggregator.graph,
-                key_reuse=aggregator.keys is not None,
-                threat=aggregator.threat,
-                degree=aggregator.degree,
-                per_client=aggregator.per_client,
-            )
-        return self.moment_aggregator
 
 
 def _adam_factors(
@@ -1422,10 +1400,6 @@ class FedNCFTrainer(Trainer):
             )
             self.optimizer_store = kind(config.model, num_users=self.num_users, num_items=num_items)
             self.extra["optimizer_store"] = self.optimizer_store
-        if isinstance(self.optimizer_store, FederatedOptimizerState) and (
-            self.aggregator.name == "mf-secavg"
-        ):  # made now, so that a resumed run can restore its generator before the first round
-            self.optimizer_store.secure_moments(self.aggregator)
         self.rounds_done = 0
         self.history: list[EvalPoint] = []
         self.participations = 0
@@ -1450,11 +1424,6 @@ class FedNCFTrainer(Trainer):
             total=self.total_rounds / self.per_global,
             config_defaults=_setup_config(FedNCFConfig()),
         )
-
-    @property
-    def moment_aggregator(self) -> Any:
-        """With MF-SecAvg and the federated Adam state: the moments' own MF-SecAvg (else None)."""
-        return getattr(self.optimizer_store, "moment_aggregator", None)
 
     def start(self) -> None:
         pass  # everything starts from the seeded initialisation built in __init__
@@ -1550,9 +1519,6 @@ class FedNCFTrainer(Trainer):
             "groups": list(self.groups),
             "selection_rng": self.selection_rng.bit_generator.state,
             "aggregator_rng": aggregator_rng.bit_generator.state if aggregator_rng else None,
-            "moment_aggregator_rng": None
-            if self.moment_aggregator is None
-            else self.moment_aggregator.rng.bit_generator.state,
             "history": [dataclasses.asdict(p) for p in self.history],
             "participations": self.participations,
             "samples": self.samples,
@@ -1567,8 +1533,6 @@ class FedNCFTrainer(Trainer):
         self.selection_rng.bit_generator.state = state["selection_rng"]
         if state["aggregator_rng"] is not None:
             self.aggregator.rng.bit_generator.state = state["aggregator_rng"]
-        if state.get("moment_aggregator_rng") is not None and self.moment_aggregator is not None:
-            self.moment_aggregator.rng.bit_generator.state = state["moment_aggregator_rng"]
         self.history = [EvalPoint(**p) for p in state["history"]]
         samples = state["samples"]
         if np.ndim(samples):  # a checkpoint of an older fedrec kept every n_k

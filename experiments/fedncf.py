@@ -78,6 +78,9 @@ class BenchFedNCFConfig:
     "cohorts" (fixed groups in a new order every global round)."""
     central_epochs: int = 20
     """epochs of the centralised upper bound."""
+    validation: bool = False
+    """hold out a validation item per user in every run (federated and centralised) and report
+    the test metrics at each run's best validation point next to the last point's."""
     secagg_rounds: int = 3
     """aggregation rounds timed with MF-SecAvg per model (0: skip table 8)."""
     jobs: int = 1
@@ -132,6 +135,7 @@ def _federated_job(spec: dict[str, Any]) -> dict[str, Any]:
         seed=spec["seed"],
         client_optimizer=spec.get("client_optimizer", "fresh"),
         selection=spec.get("selection", "permutation"),
+        validation=spec.get("validation", False),
     )
     run_dir = spec.get("run_dir")
     result = train_federated(
@@ -147,6 +151,7 @@ def _federated_job(spec: dict[str, Any]) -> dict[str, Any]:
         "history": [dataclasses.asdict(p) for p in result.history],
         "hit_rate": result.final.hit_rate,
         "ndcg": result.final.ndcg,
+        "selected": None if result.selected is None else dataclasses.asdict(result.selected),
         "train_seconds": result.train_seconds,
         "aggregation_seconds": result.aggregation_seconds,
         "mean_client_samples": result.client_samples / max(result.participations, 1),
@@ -159,7 +164,10 @@ def _central_job(spec: dict[str, Any]) -> dict[str, Any]:
     from fedrec.train.fedncf import CentralConfig, train_centralised
 
     config = CentralConfig(
-        model=NCFConfig(model=spec["model"]), epochs=spec["epochs"], seed=spec["seed"]
+        model=NCFConfig(model=spec["model"]),
+        epochs=spec["epochs"],
+        seed=spec["seed"],
+        validation=spec.get("validation", False),
     )
     result = train_centralised(
         dataset=spec["dataset"], data_dir=spec["data_dir"], config=config, progress=spec["progress"]
@@ -169,6 +177,7 @@ def _central_job(spec: dict[str, Any]) -> dict[str, Any]:
         "history": [dataclasses.asdict(p) for p in result.history],
         "hit_rate": result.final.hit_rate,
         "ndcg": result.final.ndcg,
+        "selected": None if result.selected is None else dataclasses.asdict(result.selected),
         "best_hit_rate": max(p.hit_rate for p in result.history),
         "train_seconds": result.train_seconds,
     }
@@ -208,6 +217,8 @@ def run_all(
                 "model": model,
                 "seed": seed,
             }
+            if config.validation:  # part of the cache key only when set: old keys stay valid
+                base["validation"] = True
             specs.append({**base, "kind": "central", "epochs": config.central_epochs})
             for aggregator in config.aggregators:
                 spec = {
@@ -443,6 +454,7 @@ def summarise(
                 "ndcg": mean_ci([r["ndcg"] for r in records]),
                 "train_seconds": mean_ci([r["train_seconds"] for r in records]),
                 "hit_rates": [r["hit_rate"] for r in records],
+                **_selected(records),
             }
         central = results.get(("central", model, ""), [])
         if central:
@@ -451,9 +463,24 @@ def summarise(
                 "ndcg": mean_ci([r["ndcg"] for r in central]),
                 "best_hit_rate": mean_ci([r["best_hit_rate"] for r in central]),
                 "train_seconds": mean_ci([r["train_seconds"] for r in central]),
+                **_selected(central),
             }
         summary["models"][model] = entry
     return summary
+
+
+def _selected(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """With a validation split: mean and CI of the test metrics at each run's best validation
+    point, and the points (global round or epoch) chosen."""
+    chosen = [r.get("selected") for r in records]
+    if not chosen or any(c is None for c in chosen):
+        return {}
+    return {
+        "selected_hit_rate": mean_ci([c["hit_rate"] for c in chosen]),
+        "selected_ndcg": mean_ci([c["ndcg"] for c in chosen]),
+        "selected_at": [c["global_round"] for c in chosen],
+        "selected_hit_rates": [c["hit_rate"] for c in chosen],
+    }
 
 
 def _fmt(pair: tuple[float, float] | list[float] | None, digits: int = 4) -> str:
@@ -525,6 +552,8 @@ def render(summary: dict, console: Any | None = None) -> None:
             gap,
         )
     console.print(table)
+    if config.get("validation"):
+        _render_selected(summary, fed_rule, console)
 
     table = Table(
         title="Client cost per aggregation round (FedNCF table 7)",
@@ -599,6 +628,40 @@ def render(summary: dict, console: Any | None = None) -> None:
         for a, v in entry["federated"].items()
     ]
     console.print(f"Mean training time per run: {'; '.join(times)}. Machine: {summary['machine']}.")
+
+
+def _render_selected(summary: dict, fed_rule: str, console: Any) -> None:
+    """Federated vs centralised, each run at its best validation point."""
+    from rich.table import Table
+
+    config = summary["config"]
+    table = Table(
+        title=f"Federated ({LABELS[fed_rule]}) vs centralised, selected on validation",
+        caption="test HR@10 / NDCG@10 of each run at its best validation HR@10 (one validation "
+        "item per user, held out of training in both; federated evaluated every "
+        f"{config['eval_every']} global rounds, centralised every epoch of "
+        f"{config['central_epochs']}); chosen rounds/epochs per seed; gap = 1 − fed/central.",
+    )
+    for column in ("model", "central HR@10", "central NDCG@10", "at epoch", "fed HR@10",
+                   "fed NDCG@10", "at round", "HR gap"):  # fmt: skip
+        table.add_column(column, justify="right" if column != "model" else "left")
+    for model, entry in summary["models"].items():
+        central, fed = entry["central"] or {}, entry["federated"].get(fed_rule) or {}
+        gap = "–"
+        if "selected_hit_rate" in central and "selected_hit_rate" in fed:
+            ratio = fed["selected_hit_rate"][0] / central["selected_hit_rate"][0]
+            gap = f"{100 * (1 - ratio):.1f}%"
+        table.add_row(
+            model.upper(),
+            _fmt(central.get("selected_hit_rate")),
+            _fmt(central.get("selected_ndcg")),
+            ", ".join(f"{a:g}" for a in central.get("selected_at", [])) or "–",
+            _fmt(fed.get("selected_hit_rate")),
+            _fmt(fed.get("selected_ndcg")),
+            ", ".join(f"{a:g}" for a in fed.get("selected_at", [])) or "–",
+            gap,
+        )
+    console.print(table)
 
 
 def plot(summary: dict, results: dict, out: Path) -> list[Path]:
@@ -718,6 +781,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="client selection: a fresh permutation every global round (default) or fixed "
         "cohorts in a new order (MF-SecAvg then agrees each pair key once per run)",
     )
+    parser.add_argument(
+        "--validation",
+        action="store_true",
+        help="hold out a validation item per user in every run and also report the test metrics "
+        "at each run's best validation point (model selection without the test items)",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="training runs in parallel (processes)")
     parser.add_argument(
         "--out", default="fedncf-bench", help="output folder (default ./fedncf-bench)"
@@ -750,6 +819,7 @@ def config_from_args(args: argparse.Namespace) -> BenchFedNCFConfig:
         secagg_rounds=1 if quick else args.secagg_rounds,
         client_optimizer=args.client_optimizer,
         selection=args.selection,
+        validation=args.validation,
         jobs=args.jobs,
         out=args.out,
     )

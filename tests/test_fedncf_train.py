@@ -22,6 +22,7 @@ from fedrec.train.fedncf import (
     ClientData,
     ClientOptimizerStore,
     FedNCFConfig,
+    TrainResult,
     _BatchedNetwork,
     _shuffle_order,
     round_rng,
@@ -577,3 +578,90 @@ def test_federated_optimizer_state_under_mf_secavg_matches_the_plain_round(small
         a, b = getattr(secure.optimizer_store, name), getattr(plain.optimizer_store, name)
         np.testing.assert_allclose(a, b, atol=1e-8, rtol=1e-3)
         assert np.abs(b).max() > 1e-6
+
+
+def test_validation_split_holds_out_the_second_to_last_positive(small_dir: Path) -> None:
+    data = load_prepared("ml-100k", small_dir)
+    split = data.with_validation()
+    last_two = np.stack([data.items[data.indptr[1:] - 2], data.test_items], 1)
+    np.testing.assert_array_equal(split.validation_items, last_two[:, 0])
+    # training loses exactly the validation item of every user; test data is unchanged
+    users, items = split.train()
+    kept = set(zip(users.tolist(), items.tolist(), strict=True))
+    assert len(kept) == len(data.train()[0]) - data.num_users
+    assert not kept & set(enumerate(last_two[:, 0].tolist()))
+    np.testing.assert_array_equal(split.eval_candidates, data.eval_candidates)
+    clients = ClientData.of(split)
+    assert np.diff(clients.train_indptr).tolist() == (np.diff(data.indptr) - 2).tolist()
+    # the validation item sits at its target column among negatives none of which is a positive
+    rows = np.arange(data.num_users)
+    candidates = split.validation_candidates
+    np.testing.assert_array_equal(candidates[rows, split.validation_target], last_two[:, 0])
+    negatives = np.ones_like(candidates, dtype=bool)
+    negatives[rows, split.validation_target] = False
+    owner = np.repeat(rows, candidates.shape[1]).reshape(candidates.shape)
+    assert not split.is_positive(owner[negatives], candidates[negatives]).any()
+    assert (np.sort(candidates, 1)[:, 1:] != np.sort(candidates, 1)[:, :-1]).all()  # distinct
+    with pytest.raises(ValueError, match="already has a validation split"):
+        split.with_validation()
+    with pytest.raises(ValueError, match="no validation split"):
+        _ = data.validation_items
+
+
+def test_validation_selects_the_reported_round(small_dir: Path) -> None:
+    """With validation=True every evaluation also ranks the validation items (the same metric
+    as the environments' test evaluation), the log gets two columns, and ``selected`` is the
+    point with the best validation HR@10, whose test numbers are the run's result."""
+    from fedrec.train.fedncf import evaluate_candidates, evaluate_model, select_by_validation
+
+    config = FedNCFConfig(global_rounds=4, clients_per_round=10, eval_every=1, lr=1e-2)
+    plain = train_federated(dataset="ml-100k", data_dir=small_dir, config=config, progress=False)
+    assert plain.selected is None and plain.history[0].validation_hit_rate is None
+    held = dataclasses.replace(config, validation=True)
+    result = train_federated(dataset="ml-100k", data_dir=small_dir, config=held, progress=False)
+    assert all(p.validation_hit_rate is not None for p in result.history)
+    assert result.history != plain.history  # one positive fewer per user to train on
+    best = max(p.validation_hit_rate for p in result.history)
+    assert result.selected is not None and result.selected.validation_hit_rate == best
+    points = [
+        dataclasses.replace(p, validation_hit_rate=h, validation_ndcg=n)
+        for p, h, n in zip(result.history, [0.2, 0.5, 0.5, 0.5], [0.1, 0.3, 0.3, 0.2], strict=True)
+    ]
+    assert select_by_validation(points) is points[1]  # NDCG breaks ties, then the earliest
+    # the candidate evaluation reproduces the environment's on the test candidates
+    data = load_prepared("ml-100k", small_dir)
+    direct = evaluate_candidates(
+        result.model, candidates=data.eval_candidates, target=data.eval_target
+    )
+    env = evaluate_model(result.model, dataset="ml-100k", data_dir=small_dir)
+    assert direct.hit_rate == env.hit_rate and direct.ndcg == pytest.approx(env.ndcg, rel=1e-12)
+    central = train_centralised(
+        dataset="ml-100k",
+        data_dir=small_dir,
+        config=CentralConfig(epochs=2, lr=1e-2, validation=True),
+        progress=False,
+    )
+    assert [p.validation_hit_rate is not None for p in central.history] == [True, True]
+    assert central.selected is not None
+
+
+def test_validation_run_logs_and_resumes(small_dir: Path, tmp_path: Path) -> None:
+    config = FedNCFConfig(global_rounds=2, clients_per_round=10, eval_every=1, validation=True)
+    out = tmp_path / "run"
+    train_federated(dataset="ml-100k", data_dir=small_dir, config=config, progress=False,
+                    out_dir=out)  # fmt: skip
+    header = (out / "eval.csv").read_text().splitlines()[0]
+    assert header.endswith("hit_rate,ndcg,validation_hit_rate,validation_ndcg")
+    longer = dataclasses.replace(config, global_rounds=3)
+    resumed = train_federated(dataset="ml-100k", data_dir=small_dir, config=longer,
+                              progress=False, out_dir=out, resume=True)  # fmt: skip
+    straight = train_federated(dataset="ml-100k", data_dir=small_dir, config=longer,
+                               progress=False)  # fmt: skip
+
+    def metrics(result: TrainResult) -> list[tuple]:
+        return [dataclasses.astuple(dataclasses.replace(p, seconds=0.0)) for p in result.history]
+
+    assert metrics(resumed) == metrics(straight) and resumed.selected is not None
+    with pytest.raises(ValueError, match="validation"):
+        train_federated(dataset="ml-100k", data_dir=small_dir, progress=False, out_dir=out,
+                        config=dataclasses.replace(longer, validation=False), resume=True)  # fmt: skip

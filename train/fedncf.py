@@ -43,7 +43,7 @@ import itertools
 import math
 import time
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -101,6 +101,10 @@ class FedNCFConfig:
     """sampled negatives per training positive, redrawn every local epoch."""
     eval_every: int = 10
     """evaluate HR@10/NDCG@10 every this many global rounds (0: only at the end)."""
+    validation: bool = False
+    """hold each user's second-to-last positive out of training as a validation item, rank it at
+    every evaluation, and report the test metrics of the round with the best validation HR@K
+    (:attr:`TrainResult.selected`); the paper reports the last round's."""
     top_k: int = 10
     """K of HR@K and NDCG@K."""
     seed: int = 0
@@ -182,6 +186,8 @@ class CentralConfig:
     """sampled negatives per training positive, redrawn every epoch."""
     eval_every: int = 1
     """evaluate every this many epochs (0: only at the end)."""
+    validation: bool = False
+    """hold out a validation item per user and select the epoch on it (:class:`FedNCFConfig`)."""
     top_k: int = 10
     """K of HR@K and NDCG@K."""
     seed: int = 0
@@ -209,6 +215,18 @@ class EvalPoint:
     ndcg: float
     seconds: float
     """training wall time so far (evaluation excluded)."""
+    validation_hit_rate: float | None = None
+    """HR@K of the validation items (None without a validation split)."""
+    validation_ndcg: float | None = None
+
+
+def select_by_validation(history: Sequence[EvalPoint]) -> EvalPoint | None:
+    """The evaluation point with the best validation HR@K (the earliest of equals; NDCG@K
+    breaks ties of HR@K), or None without validation metrics."""
+    scored = [p for p in history if p.validation_hit_rate is not None]
+    if not scored:
+        return None
+    return max(scored, key=lambda p: (p.validation_hit_rate, p.validation_ndcg or 0.0))
 
 
 @dataclass
@@ -228,6 +246,12 @@ class TrainResult:
     list: a list grows by U entries per global round and every checkpoint would copy it"""
     aggregation_seconds: float = 0.0
     """time spent in the aggregator (server side, plus client masking for MF-SecAvg)."""
+
+    @property
+    def selected(self) -> EvalPoint | None:
+        """With a validation split: the evaluation point with the best validation HR@K, whose
+        test metrics are the run's model-selected result (:func:`select_by_validation`)."""
+        return select_by_validation(self.history)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -251,7 +275,7 @@ class ClientData:
     @classmethod
     def of(cls, data: PreparedData) -> ClientData:
         mask = data.train_mask
-        train_counts = np.diff(data.indptr) - 1
+        train_counts = np.diff(data.indptr) - data.held_out
         users = data.user_of_row
         order = np.lexsort((data.items, users))  # distinct per user after preprocessing
         return cls(
@@ -1330,6 +1354,39 @@ def evaluate_model(
     return evaluate_ranking_agent(env_id_of(dataset), agent, data_dir=data_dir, top_k=top_k)
 
 
+def evaluate_candidates(
+    model: NCF, *, candidates: np.ndarray, target: np.ndarray, top_k: int = 10
+) -> RankingResult:
+    """HR@K / NDCG@K of ranking each user's ``candidates`` (U, N) row, whose column ``target``
+    is the held-out item, with the ranking agent and metric of the environments' evaluation mode
+    (used for the validation items, which the environments do not hold)."""
+    from fedrec.agents.fedncf_agent import NCFRankingAgent
+    from fedrec.envs.datasets.environments import score_rankings
+
+    agent = NCFRankingAgent(model, slate_size=top_k, seed=0)
+    users = np.arange(len(candidates))[:, None]
+    rankings = agent.act_batch({"user_id": users, "candidate_ids": candidates})
+    scores = score_rankings(rankings, np.asarray(target))
+    return RankingResult(
+        float(scores["hit"].mean()), float(scores["ndcg"].mean()), len(candidates), top_k
+    )
+
+
+def evaluate_split(
+    model: NCF, *, data: PreparedData, dataset: str, data_dir: str | Path | None, top_k: int
+) -> tuple[RankingResult, RankingResult | None]:
+    """The test metrics (through the environment) and, when ``data`` has a validation split, the
+    validation metrics."""
+    test = evaluate_model(model, dataset=dataset, data_dir=data_dir, top_k=top_k)
+    if data.held_out < 2:
+        return test, None
+    assert data.validation_candidates is not None and data.validation_target is not None
+    validation = evaluate_candidates(
+        model, candidates=data.validation_candidates, target=data.validation_target, top_k=top_k
+    )
+    return test, validation
+
+
 # ------------------------------------------------------------------------------------------------
 # Training drivers
 
@@ -1373,6 +1430,10 @@ class FedNCFTrainer(Trainer):
     ) -> None:
         self.dataset, self.config, self.data_dir, self.on_eval = dataset, config, data_dir, on_eval
         data = load_prepared(dataset, data_dir)
+        if config.validation:
+            data = data.with_validation()
+            self.header = (*self.header, "validation_hit_rate", "validation_ndcg")
+        self.data = data
         self.clients = ClientData.of(data)
         self.num_users, num_items = data.num_users, data.num_items
         generator = torch.Generator().manual_seed(config.seed)
@@ -1446,16 +1507,22 @@ class FedNCFTrainer(Trainer):
             user_table=self.user_store, item_table=self.items, network=self.network
         )
         c = self.config
-        result = evaluate_model(
-            self.model, dataset=self.dataset, data_dir=self.data_dir, top_k=c.top_k
+        result, validation = evaluate_split(
+            self.model, data=self.data, dataset=self.dataset, data_dir=self.data_dir, top_k=c.top_k
         )
         point = EvalPoint(
-            done / self.per_global, done, result.hit_rate, result.ndcg, self.train_seconds
+            done / self.per_global,
+            done,
+            result.hit_rate,
+            result.ndcg,
+            self.train_seconds,
+            *((validation.hit_rate, validation.ndcg) if validation is not None else ()),
         )
         self.history.append(point)
         if self.on_eval is not None:
             self.on_eval(point)
-        return [done, point.global_round, point.hit_rate, point.ndcg]
+        row = [done, point.global_round, point.hit_rate, point.ndcg]
+        return row + ([point.validation_hit_rate, point.validation_ndcg] if validation else [])
 
     def step(self) -> tuple[list[Any], dict[str, float]]:
         from fedrec.federation.secagg import SecAggAborted
@@ -1674,6 +1741,8 @@ def train_centralised(
 ) -> TrainResult:
     """Centralised NCF on the pooled training data (same model, loss, negatives and Adam)."""
     data = load_prepared(dataset, data_dir)
+    if config.validation:
+        data = data.with_validation()
     generator = torch.Generator().manual_seed(config.seed)
     model = NCF(
         config.model, num_users=data.num_users, num_items=data.num_items, generator=generator
@@ -1705,8 +1774,19 @@ def train_centralised(
         bar.update(1)
         done = epoch + 1
         if done == config.epochs or (config.eval_every and done % config.eval_every == 0):
-            result = evaluate_model(model, dataset=dataset, data_dir=data_dir, top_k=config.top_k)
-            history.append(EvalPoint(done, done, result.hit_rate, result.ndcg, train_seconds))
+            result, validation = evaluate_split(
+                model, data=data, dataset=dataset, data_dir=data_dir, top_k=config.top_k
+            )
+            history.append(
+                EvalPoint(
+                    done,
+                    done,
+                    result.hit_rate,
+                    result.ndcg,
+                    train_seconds,
+                    *((validation.hit_rate, validation.ndcg) if validation is not None else ()),
+                )
+            )
             bar.set_postfix(hr=f"{result.hit_rate:.4f}", ndcg=f"{result.ndcg:.4f}")
     bar.close()
     final = history[-1]

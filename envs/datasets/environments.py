@@ -138,17 +138,21 @@ class _EvaluationCore:
     def score(self, rankings: np.ndarray) -> dict[str, np.ndarray]:
         """Hit, NDCG and 0-based rank (-1 if absent) of each slot's held-out item."""
         target = self.data.eval_target[self.users]
-        match = rankings == target[:, None]
-        hit = match.any(axis=1)
-        rank = np.where(hit, np.argmax(match, axis=1), -1)
-        ndcg = np.where(hit, 1.0 / np.log2(np.maximum(rank, 0) + 2.0), 0.0)
         return {
-            "hit": hit.astype(np.float64),
-            "ndcg": ndcg,
-            "rank": rank.astype(np.int64),
+            **score_rankings(rankings, target),
             "target_index": target.copy(),
             "test_item": self.data.test_items[self.users],
         }
+
+
+def score_rankings(rankings: np.ndarray, target: np.ndarray) -> dict[str, np.ndarray]:
+    """Hit, NDCG@K and 0-based rank (-1 if absent) of each row's held-out candidate ``target``
+    in its top-K ``rankings`` (B, K) of candidate positions."""
+    match = rankings == np.asarray(target)[:, None]
+    hit = match.any(axis=1)
+    rank = np.where(hit, np.argmax(match, axis=1), -1)
+    ndcg = np.where(hit, 1.0 / np.log2(np.maximum(rank, 0) + 2.0), 0.0)
+    return {"hit": hit.astype(np.float64), "ndcg": ndcg, "rank": rank.astype(np.int64)}
 
 
 _STATE_CARD = """

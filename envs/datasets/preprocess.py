@@ -19,10 +19,15 @@ Steps, in order (see ``docs``/the README section *Logged data*):
 7. **Training negatives** are drawn afresh every epoch by :func:`sample_training_negatives`:
    ``num_negatives`` (default 4) per training positive, uniform over the items the user never
    interacted with (the test item is excluded too, so it is never taught as a negative).
+
+Optionally (:meth:`PreparedData.with_validation`) each user's second-to-last row is held out of
+training as well, as a **validation item** with its own 100 fixed negatives (a second seeded
+stream), for picking a training round or epoch without looking at the test items.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -175,6 +180,13 @@ class PreparedData:
     item_features: np.ndarray | None = None  # (I, di) float32
     item_feature_names: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)
+    held_out: int = 1
+    """positives held out of training at the end of each user's history: 1 (the test item) or 2
+    (the validation item before it, :meth:`with_validation`)."""
+    validation_candidates: np.ndarray | None = None
+    """(U, 1 + num_test_negatives) the validation item and its fixed negatives, shuffled."""
+    validation_target: np.ndarray | None = None
+    """(U,) column of the validation item in ``validation_candidates``."""
     _keys: np.ndarray | None = None
 
     @property
@@ -191,11 +203,47 @@ class PreparedData:
         return self.items[self.indptr[1:] - 1]
 
     @property
+    def validation_items(self) -> np.ndarray:
+        """(U,) the validation item of each user (its second-to-last positive; needs
+        :meth:`with_validation`)."""
+        if self.held_out < 2:
+            raise ValueError(f"{self.name}: no validation split (see PreparedData.with_validation)")
+        return self.items[self.indptr[1:] - 2]
+
+    @property
     def train_mask(self) -> np.ndarray:
-        """Boolean mask over ``items``: True for training rows (all but each user's last)."""
+        """Boolean mask over ``items``: True for training rows (all but each user's last
+        ``held_out``)."""
         mask = np.ones(len(self.items), dtype=bool)
-        mask[self.indptr[1:] - 1] = False
+        for back in range(1, self.held_out + 1):
+            mask[self.indptr[1:] - back] = False
         return mask
+
+    def with_validation(self) -> PreparedData:
+        """This data with each user's second-to-last positive held out of training too, as a
+        validation item ranked among fixed negatives (as many as the test's, none of them a
+        positive of the user, drawn from their own seeded stream), for choosing a training
+        round or epoch without looking at the test items. Training has one positive fewer per
+        user; the test items, their negatives and candidates are unchanged."""
+        if self.held_out != 1:
+            raise ValueError(f"{self.name}: this data already has a validation split")
+        counts = np.diff(self.indptr)
+        if (counts < 3).any():
+            user = int(np.flatnonzero(counts < 3)[0])
+            raise ValueError(
+                f"{self.name}: user {self.user_ids[user]} has {counts[user]} positives; a "
+                "validation split needs 3 (test, validation and at least one to train on)"
+            )
+        rng = np.random.default_rng([self.seed, 1])
+        negatives = sample_test_negatives(self, rng, self.test_negatives.shape[1])
+        candidates, target = _shuffled_candidates(self.items[self.indptr[1:] - 2], negatives, rng)
+        return dataclasses.replace(
+            self,
+            held_out=2,
+            validation_candidates=candidates,
+            validation_target=target,
+            _keys=None,
+        )
 
     @property
     def user_of_row(self) -> np.ndarray:
@@ -287,11 +335,9 @@ def prepare(
     )
     rng = np.random.default_rng(seed)
     prepared.test_negatives = sample_test_negatives(prepared, rng, num_test_negatives)
-    candidates = np.concatenate([prepared.test_items[:, None], prepared.test_negatives], axis=1)
-    keys = rng.random(candidates.shape)
-    perm = np.argsort(keys, axis=1)
-    prepared.eval_candidates = np.take_along_axis(candidates, perm, axis=1)
-    prepared.eval_target = np.argmax(perm == 0, axis=1).astype(np.int64)
+    prepared.eval_candidates, prepared.eval_target = _shuffled_candidates(
+        prepared.test_items, prepared.test_negatives, rng
+    )
     if dataset.user_features is not None:
         aligned = dataset.user_features.reindex(user_ids).fillna(0)
         prepared.user_features = aligned.to_numpy(np.float32)
@@ -301,6 +347,18 @@ def prepare(
         prepared.item_features = aligned.to_numpy(np.float32)
         prepared.item_feature_names = tuple(map(str, aligned.columns))
     return prepared
+
+
+def _shuffled_candidates(
+    items: np.ndarray, negatives: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """(U, 1 + n) each user's held-out item among its negatives in a random order, and the
+    column of the held-out item."""
+    candidates = np.concatenate([items[:, None], negatives], axis=1)
+    perm = np.argsort(rng.random(candidates.shape), axis=1)
+    return np.take_along_axis(candidates, perm, axis=1), np.argmax(perm == 0, axis=1).astype(
+        np.int64
+    )
 
 
 def _free_items(positives_sorted: np.ndarray, free_index: np.ndarray) -> np.ndarray:

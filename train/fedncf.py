@@ -1372,19 +1372,30 @@ def evaluate_candidates(
     )
 
 
-def evaluate_split(
-    model: NCF, *, data: PreparedData, dataset: str, data_dir: str | Path | None, top_k: int
-) -> tuple[RankingResult, RankingResult | None]:
-    """The test metrics (through the environment) and, when ``data`` has a validation split, the
-    validation metrics."""
+def evaluate_point(
+    model: NCF,
+    *,
+    data: PreparedData,
+    dataset: str,
+    data_dir: str | Path | None,
+    top_k: int,
+    global_round: float,
+    aggregation_round: int,
+    seconds: float,
+) -> EvalPoint:
+    """An :class:`EvalPoint` of ``model``: the test metrics (through the environment) and, when
+    ``data`` has a validation split, the validation metrics."""
     test = evaluate_model(model, dataset=dataset, data_dir=data_dir, top_k=top_k)
+    point = EvalPoint(global_round, aggregation_round, test.hit_rate, test.ndcg, seconds)
     if data.held_out < 2:
-        return test, None
+        return point
     assert data.validation_candidates is not None and data.validation_target is not None
     validation = evaluate_candidates(
         model, candidates=data.validation_candidates, target=data.validation_target, top_k=top_k
     )
-    return test, validation
+    return dataclasses.replace(
+        point, validation_hit_rate=validation.hit_rate, validation_ndcg=validation.ndcg
+    )
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1506,23 +1517,23 @@ class FedNCFTrainer(Trainer):
         self.model.load_federated(
             user_table=self.user_store, item_table=self.items, network=self.network
         )
-        c = self.config
-        result, validation = evaluate_split(
-            self.model, data=self.data, dataset=self.dataset, data_dir=self.data_dir, top_k=c.top_k
-        )
-        point = EvalPoint(
-            done / self.per_global,
-            done,
-            result.hit_rate,
-            result.ndcg,
-            self.train_seconds,
-            *((validation.hit_rate, validation.ndcg) if validation is not None else ()),
+        point = evaluate_point(
+            self.model,
+            data=self.data,
+            dataset=self.dataset,
+            data_dir=self.data_dir,
+            top_k=self.config.top_k,
+            global_round=done / self.per_global,
+            aggregation_round=done,
+            seconds=self.train_seconds,
         )
         self.history.append(point)
         if self.on_eval is not None:
             self.on_eval(point)
         row = [done, point.global_round, point.hit_rate, point.ndcg]
-        return row + ([point.validation_hit_rate, point.validation_ndcg] if validation else [])
+        if self.config.validation:
+            row += [point.validation_hit_rate, point.validation_ndcg]
+        return row
 
     def step(self) -> tuple[list[Any], dict[str, float]]:
         from fedrec.federation.secagg import SecAggAborted
@@ -1774,20 +1785,18 @@ def train_centralised(
         bar.update(1)
         done = epoch + 1
         if done == config.epochs or (config.eval_every and done % config.eval_every == 0):
-            result, validation = evaluate_split(
-                model, data=data, dataset=dataset, data_dir=data_dir, top_k=config.top_k
+            point = evaluate_point(
+                model,
+                data=data,
+                dataset=dataset,
+                data_dir=data_dir,
+                top_k=config.top_k,
+                global_round=done,
+                aggregation_round=done,
+                seconds=train_seconds,
             )
-            history.append(
-                EvalPoint(
-                    done,
-                    done,
-                    result.hit_rate,
-                    result.ndcg,
-                    train_seconds,
-                    *((validation.hit_rate, validation.ndcg) if validation is not None else ()),
-                )
-            )
-            bar.set_postfix(hr=f"{result.hit_rate:.4f}", ndcg=f"{result.ndcg:.4f}")
+            history.append(point)
+            bar.set_postfix(hr=f"{point.hit_rate:.4f}", ndcg=f"{point.ndcg:.4f}")
     bar.close()
     final = history[-1]
     return TrainResult(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,7 @@ from fedrec.train.fedncf import (
     train_round_batched,
     train_round_reference,
 )
+from fedrec.train.fedncf_compiled import train_round_compiled
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +80,13 @@ def _seeded_net(config: NCFConfig, data) -> NCF:
     )
 
 
+@pytest.mark.parametrize(
+    "simulate", [train_round_batched, train_round_compiled], ids=["batched", "compiled"]
+)
 @pytest.mark.parametrize("model", ["gmf", "mlp", "neumf"])
-def test_batched_round_equals_per_client_reference(model: str, small_dir: Path) -> None:
+def test_batched_round_equals_per_client_reference(
+    model: str, simulate: Callable, small_dir: Path
+) -> None:
     data = load_prepared("ml-100k", small_dir)
     clients = ClientData.of(data)
     config = NCFConfig(model=model)
@@ -94,7 +101,7 @@ def test_batched_round_equals_per_client_reference(model: str, small_dir: Path) 
         "lr": 1e-2,  # large steps make any divergence visible
         "batch_size": 8,
     }
-    batched, batched_rows = train_round_batched(config, **kwargs)
+    batched, batched_rows = simulate(config, **kwargs)
     reference, reference_rows = train_round_reference(config, **kwargs)
     position = {int(u): k for k, u in enumerate(reference.clients)}
     perm = torch.tensor([position[int(u)] for u in batched.clients])
@@ -128,7 +135,12 @@ def test_shuffle_order_is_the_argsort_of_the_keys() -> None:
         np.testing.assert_array_equal(_shuffle_order(tied, by_owner, bounds), np.argsort(tied))
 
 
-def test_batched_round_with_single_columns_equals_reference(small_dir: Path) -> None:
+@pytest.mark.parametrize(
+    "simulate", [train_round_batched, train_round_compiled], ids=["batched", "compiled"]
+)
+def test_batched_round_with_single_columns_equals_reference(
+    simulate: Callable, small_dir: Path
+) -> None:
     """Embeddings and a last layer 1 wide (their batch sums are taken apart), and one engine
     reused by a later, smaller round (its arrays are kept)."""
     data = load_prepared("ml-100k", small_dir)
@@ -147,7 +159,8 @@ def test_batched_round_with_single_columns_equals_reference(small_dir: Path) -> 
             "lr": 1e-2,
             "batch_size": 8,
         }
-        batched = train_round_batched(config, **kwargs, engine=engine)
+        extra = {"engine": engine} if simulate is train_round_batched else {}
+        batched = simulate(config, **kwargs, **extra)
         _assert_same_round(batched, train_round_reference(config, **kwargs), kwargs["items"])
         assert (batched[0].network - kwargs["network"]).abs().max() > 1e-3
 
@@ -192,8 +205,13 @@ def _round_kwargs(
     }
 
 
+@pytest.mark.parametrize(
+    "simulate", [train_round_batched, train_round_compiled], ids=["batched", "compiled"]
+)
 @pytest.mark.parametrize("model", ["gmf", "mlp", "neumf"])
-def test_persistent_client_optimizers_batched_equals_reference(model: str, small_dir: Path) -> None:
+def test_persistent_client_optimizers_batched_equals_reference(
+    model: str, simulate: Callable, small_dir: Path
+) -> None:
     data = load_prepared("ml-100k", small_dir)
     clients = ClientData.of(data)
     config = NCFConfig(model=model)
@@ -212,7 +230,7 @@ def test_persistent_client_optimizers_batched_equals_reference(model: str, small
             clients, users, r, user_store=user_store, items=items, network=network
         )
         local_steps[users] += 2 * -(-kwargs["round_samples"].samples // 8)  # 2 epochs of 8
-        batched = train_round_batched(config, **kwargs, optimizer_store=batched_store)
+        batched = simulate(config, **kwargs, optimizer_store=batched_store)
         reference = train_round_reference(config, **kwargs, optimizer_store=reference_store)
         _assert_same_round(batched, reference, items)
         user_store[torch.from_numpy(users)] = batched[1]  # both go on from the same parameters
@@ -341,7 +359,7 @@ def test_training_is_reproducible(small_dir: Path) -> None:
 
 def test_batched_and_reference_simulations_train_the_same_model(small_dir: Path) -> None:
     results = {}
-    for simulation in ("batched", "reference"):
+    for simulation in ("batched", "compiled", "reference"):
         config = FedNCFConfig(
             model=NCFConfig(model="neumf"),
             global_rounds=1,
@@ -352,10 +370,41 @@ def test_batched_and_reference_simulations_train_the_same_model(small_dir: Path)
         results[simulation] = train_federated(
             dataset="ml-100k", data_dir=small_dir, config=config, progress=False
         )
-    a, b = results["batched"].model, results["reference"].model
-    torch.testing.assert_close(a.network_vector(), b.network_vector(), atol=1e-4, rtol=1e-3)
-    torch.testing.assert_close(a.item_table(), b.item_table(), atol=1e-4, rtol=1e-3)
-    torch.testing.assert_close(a.user_table(), b.user_table(), atol=1e-4, rtol=1e-3)
+    b = results["reference"].model
+    for simulation in ("batched", "compiled"):
+        a = results[simulation].model
+        torch.testing.assert_close(a.network_vector(), b.network_vector(), atol=1e-4, rtol=1e-3)
+        torch.testing.assert_close(a.item_table(), b.item_table(), atol=1e-4, rtol=1e-3)
+        torch.testing.assert_close(a.user_table(), b.user_table(), atol=1e-4, rtol=1e-3)
+
+
+def test_compiled_simulation_is_reproducible_with_any_thread_count(small_dir: Path) -> None:
+    """A client's steps stay on one thread, so 1 and 2 Numba threads give the same bits."""
+    import numba
+
+    config = FedNCFConfig(
+        model=NCFConfig(model="neumf"),
+        global_rounds=2,
+        clients_per_round=10,
+        lr=1e-2,
+        eval_every=1,
+        simulation="compiled",
+    )
+    runs = []
+    before = numba.get_num_threads()
+    try:
+        for threads in (1, 2, 2):
+            numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+            result = train_federated(
+                dataset="ml-100k", data_dir=small_dir, config=config, progress=False
+            )
+            metrics = [(p.hit_rate, p.ndcg) for p in result.history]
+            runs.append((metrics, result.model.network_vector(), result.model.item_table()))
+    finally:
+        numba.set_num_threads(before)
+    for metrics, network, items in runs[1:]:
+        assert metrics == runs[0][0]
+        assert torch.equal(network, runs[0][1]) and torch.equal(items, runs[0][2])
 
 
 def test_federated_and_centralised_beat_random(medium_dir: Path) -> None:
@@ -465,8 +514,13 @@ def test_cohort_selection_keeps_the_groups_and_resumes_exactly(small_dir: Path) 
         bench_fedncf.BenchFedNCFConfig(selection="fixed")
 
 
+@pytest.mark.parametrize(
+    "simulate", [train_round_batched, train_round_compiled], ids=["batched", "compiled"]
+)
 @pytest.mark.parametrize("model", ["mlp", "neumf"])
-def test_federated_optimizer_state_batched_equals_reference(model: str, small_dir: Path) -> None:
+def test_federated_optimizer_state_batched_equals_reference(
+    model: str, simulate: Callable, small_dir: Path
+) -> None:
     from fedrec.train.fedncf import FederatedOptimizerState
 
     data = load_prepared("ml-100k", small_dir)
@@ -482,7 +536,7 @@ def test_federated_optimizer_state_batched_equals_reference(model: str, small_di
         kwargs = _round_kwargs(
             clients, users, r, user_store=user_store, items=items, network=network
         )
-        batched = train_round_batched(config, **kwargs, optimizer_store=stores[0])
+        batched = simulate(config, **kwargs, optimizer_store=stores[0])
         reference = train_round_reference(config, **kwargs, optimizer_store=stores[1])
         _assert_same_round(batched, reference, items)
         user_store[torch.from_numpy(users)] = batched[1]

@@ -2,7 +2,8 @@
 
 Usage: ``python benchmarks/fedncf_speed.py [--dataset ml-100k] [--models gmf neumf]
 [--full gmf] [--runs 3] [--global-rounds 400] [--measure-rounds 10] [--profile-rounds 2]
-[--threads 1 2] [--reference-rounds 0] [--out results/fedncf]``.
+[--threads 1 2] [--reference-rounds 0] [--client-optimizer fresh] [--simulation batched]
+[--kernel-threads N] [--out results/fedncf]``.
 
 Every run is :func:`fedrec.train.fedncf.train_federated`'s setting (MF-FedAvg, 20 clients per
 aggregation round, seed 0), evaluated only at the end, with fresh client optimisers unless
@@ -19,8 +20,14 @@ aggregation round, seed 0), evaluated only at the end, with fresh client optimis
   round's batch plan, the clients' forward and backward passes, the rest of the client simulation
   (row gathers and Adam), the server's aggregation, and the trainer's own work; in milliseconds
   per aggregation round. Then cProfile's top functions by own time over the same rounds.
-* **Threads.** Training time per global round with each ``--threads`` torch thread count (torch
-  runs the aggregation and the evaluation; the clients run in NumPy on OMP_NUM_THREADS threads).
+* **Threads.** Training time per global round with each ``--threads`` thread count: torch's
+  (the aggregation and the evaluation; the batched clients run in NumPy on OMP_NUM_THREADS
+  threads), or with ``--simulation compiled`` the kernel's Numba threads (torch stays at 1).
+
+``--simulation compiled`` times the Numba kernel (:mod:`fedrec.train.fedncf_compiled`) instead of
+the batched NumPy simulation; its runs use ``--kernel-threads`` Numba threads (default: Numba's,
+one per core), and the report gives the kernel's compile time (a fresh process loads it from
+Numba's cache; the trainer does this before its timed training).
 
 ``--reference-rounds N`` adds the batched simulation against the per-client reference loop over
 N aggregation rounds (seconds per round, speed-up, max difference of the trained models).
@@ -72,20 +79,42 @@ def load() -> float:
 #: setting of the committed results/fedncf/speed.md).
 CLIENT_OPTIMIZER = "fresh"
 
+#: The client simulation of every run (``--simulation``).
+SIMULATION = "batched"
 
-def trainer(dataset: str, data_dir: str | None, model: str, rounds: int, threads: int) -> Any:
+#: Numba threads of the compiled simulation's main runs (``--kernel-threads``; None: Numba's).
+KERNEL_THREADS: int | None = None
+
+
+def set_kernel_threads(threads: int | None) -> None:
+    """Numba's thread count for the compiled kernel (None: one per core, Numba's default)."""
+    if SIMULATION == "compiled":
+        import numba
+
+        numba.set_num_threads(threads or numba.config.NUMBA_NUM_THREADS)
+
+
+def trainer(
+    dataset: str, data_dir: str | None, model: str, rounds: int, threads: int | None
+) -> Any:
     config = FedNCFConfig(
         client_optimizer=CLIENT_OPTIMIZER,  # type: ignore[arg-type]
+        simulation=SIMULATION,  # type: ignore[arg-type]
         model=NCFConfig(model=model),
         global_rounds=rounds,
         eval_every=0,
     )
     run = FedNCFTrainer(dataset=dataset, config=config, data_dir=data_dir, progress=False)
-    run.torch_threads = threads  # Trainer.run sets it (1 by default)
+    if SIMULATION == "compiled":  # threads are the kernel's; torch keeps one
+        set_kernel_threads(threads)
+    else:
+        run.torch_threads = threads  # Trainer.run sets it (1 by default)
     return run
 
 
-def timed_run(dataset: str, data_dir: str | None, model: str, rounds: int, threads: int) -> dict:
+def timed_run(
+    dataset: str, data_dir: str | None, model: str, rounds: int, threads: int | None
+) -> dict:
     """One training run of ``rounds`` global rounds: its times, final metrics and loads."""
     run = trainer(dataset, data_dir, model, rounds, threads)
     before, start = load(), time.perf_counter()
@@ -99,6 +128,15 @@ def timed_run(dataset: str, data_dir: str | None, model: str, rounds: int, threa
         "ndcg": final.ndcg,
         "load": [round(before, 2), round(load(), 2)],
     }
+
+
+def compile_seconds(simulation: str) -> float | None:
+    """Seconds to compile the compiled kernel in this process (or to load it from the cache)."""
+    if simulation != "compiled":
+        return None
+    from fedrec.train.fedncf_compiled import compile_kernel
+
+    return compile_kernel()
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -125,11 +163,20 @@ def profile(dataset: str, data_dir: str | None, model: str, rounds: int) -> dict
 
         return timed
 
-    engine = run.extra["engine"]
-    originals = (fedncf.sample_round, fedncf._plan_round, engine.gradients)
-    fedncf.sample_round = wrap("sampling", fedncf.sample_round)
-    fedncf._plan_round = wrap("planning", fedncf._plan_round)
-    engine.gradients = wrap("forward+backward", engine.gradients)
+    if SIMULATION == "compiled":
+        from fedrec.train import fedncf_compiled
+
+        set_kernel_threads(KERNEL_THREADS)
+        patched = [(fedncf_compiled, "_train_clients", "forward+backward")]
+    else:
+        patched = [
+            (fedncf, "_plan_round", "planning"),
+            (run.extra["engine"], "gradients", "forward+backward"),
+        ]
+    patched.append((fedncf, "sample_round", "sampling"))
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patched]
+    for owner, name, piece in patched:
+        setattr(owner, name, wrap(piece, getattr(owner, name)))
     run.train_round = wrap("training", run.train_round)
     run.aggregator.aggregate = wrap("aggregation", run.aggregator.aggregate)
     before, start = load(), time.perf_counter()
@@ -137,22 +184,32 @@ def profile(dataset: str, data_dir: str | None, model: str, rounds: int) -> dict
         for _ in range(steps):
             run.step()
     finally:
-        fedncf.sample_round, fedncf._plan_round, engine.gradients = originals
+        for owner, name, function in originals:
+            setattr(owner, name, function)
     total = time.perf_counter() - start
     n = steps
-    parts = {
-        "sampling (sample_round)": spent["sampling"],
-        "batch plan (_plan_round)": spent["planning"],
-        "forward + backward": spent["forward+backward"],
-        "row gathers + Adam (rest of train_round_batched)": spent["training"]
-        - spent["planning"]
-        - spent["forward+backward"],
-        "aggregation": spent["aggregation"],
-        "trainer (selection, user store, bookkeeping)": total
-        - spent["training"]
-        - spent["sampling"]
-        - spent["aggregation"],
-    }
+    if SIMULATION == "compiled":
+        parts = {
+            "sampling (sample_round)": spent["sampling"],
+            "compiled kernel (every client's local training)": spent["forward+backward"],
+            "round layout, optimiser state in and out (rest of train_round_compiled)": spent[
+                "training"
+            ]
+            - spent["forward+backward"],
+        }
+    else:
+        parts = {
+            "sampling (sample_round)": spent["sampling"],
+            "batch plan (_plan_round)": spent["planning"],
+            "forward + backward": spent["forward+backward"],
+            "row gathers + Adam (rest of train_round_batched)": spent["training"]
+            - spent["planning"]
+            - spent["forward+backward"],
+        }
+    parts["aggregation"] = spent["aggregation"]
+    parts["trainer (selection, user store, bookkeeping)"] = (
+        total - spent["training"] - spent["sampling"] - spent["aggregation"]
+    )
     # cProfile over the same number of rounds of a fresh run (its overhead inflates small calls)
     run = trainer(dataset, data_dir, model, rounds + 1, 1)
     profiler = cProfile.Profile()
@@ -236,6 +293,18 @@ def reference(args: argparse.Namespace, model: str) -> dict:
     }
 
 
+def simulation_words(report: dict) -> str:
+    """How the clients were simulated, for the report's header."""
+    cfg = report["config"]
+    if cfg.get("simulation", "batched") != "compiled":
+        return "batched NumPy simulation"
+    threads = cfg.get("kernel_threads") or "one per core"
+    return (
+        f"compiled simulation (Numba kernel, threads: {threads}; compiled or loaded from the "
+        f"cache in {report['compile_seconds']:.1f} s before the timed training)"
+    )
+
+
 def markdown(report: dict) -> str:
     cfg = report["config"]
     lines = [
@@ -246,9 +315,9 @@ def markdown(report: dict) -> str:
         "",
         f"## {cfg['global_rounds']} global rounds (training time, evaluation excluded)",
         "",
-        f"MF-FedAvg, 20 clients per aggregation round, {report['config'].get('client_optimizer', 'fresh')} "
-        f"client optimisers, seed 0; median of "
-        f"{cfg['runs']} runs (min-max).",
+        f"MF-FedAvg, 20 clients per aggregation round, "
+        f"{cfg.get('client_optimizer', 'fresh')} client optimisers, {simulation_words(report)}, "
+        f"seed 0; median of {cfg['runs']} runs (min-max).",
         "",
         "| model | how | training s | min-max | wall s (median) | HR@10 | NDCG@10 | load |",
         "|---|---|---|---|---|---|---|---|",
@@ -300,7 +369,9 @@ def markdown(report: dict) -> str:
             lines.append("")
     if report["threads"]:
         lines += [
-            "## Torch threads",
+            "## Kernel (Numba) threads"
+            if cfg.get("simulation") == "compiled"
+            else "## Torch threads",
             "",
             f"Training seconds per global round ({cfg['measure_rounds']} global rounds, median "
             f"of {cfg['runs']} runs):",
@@ -348,13 +419,23 @@ def main() -> None:
     parser.add_argument(
         "--client-optimizer", default="fresh", choices=("fresh", "persistent", "federated")
     )
+    parser.add_argument("--simulation", default="batched", choices=("batched", "compiled"))
+    parser.add_argument(
+        "--kernel-threads", type=int, help="Numba threads of the compiled runs (default: per core)"
+    )
     parser.add_argument("--out", default="results/fedncf")
     args = parser.parse_args()
-    global CLIENT_OPTIMIZER
-    CLIENT_OPTIMIZER = args.client_optimizer
+    global CLIENT_OPTIMIZER, SIMULATION, KERNEL_THREADS
+    CLIENT_OPTIMIZER, SIMULATION, KERNEL_THREADS = (
+        args.client_optimizer,
+        args.simulation,
+        args.kernel_threads,
+    )
     report: dict[str, Any] = {
         "config": {
             "client_optimizer": args.client_optimizer,
+            "simulation": args.simulation,
+            "kernel_threads": args.kernel_threads,
             "dataset": args.dataset,
             "global_rounds": args.global_rounds,
             "measure_rounds": args.measure_rounds,
@@ -365,6 +446,7 @@ def main() -> None:
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, numpy {np.__version__}, "
         f"torch {torch.__version__}",
         "omp_threads": os.environ.get("OMP_NUM_THREADS"),
+        "compile_seconds": compile_seconds(args.simulation),
         "models": {},
         "profiles": {},
         "threads": {},
@@ -373,7 +455,11 @@ def main() -> None:
     for model in args.models:
         full = model in args.full
         rounds = args.global_rounds if full else args.measure_rounds
-        runs = [timed_run(args.dataset, args.data_dir, model, rounds, 1) for _ in range(args.runs)]
+        main_threads = KERNEL_THREADS if SIMULATION == "compiled" else 1
+        runs = [
+            timed_run(args.dataset, args.data_dir, model, rounds, main_threads)
+            for _ in range(args.runs)
+        ]
         scale = args.global_rounds / rounds
         entry = {
             "full": full,

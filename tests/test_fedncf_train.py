@@ -324,6 +324,36 @@ def test_bench_client_optimizer_flag_and_run_cache_key(
     assert len(list((tmp_path / "runs").glob("federated-*"))) == 2
 
 
+def test_bench_simulation_flag_keys_the_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import argparse
+
+    from fedrec.experiments import fedncf as bench_fedncf
+
+    parser = argparse.ArgumentParser()
+    bench_fedncf.add_parser(parser.add_subparsers())
+    args = ["fedncf", "--model", "gmf", "--aggregators", "mf-fedavg", "--seeds", "1"]
+    args += ["--out", str(tmp_path)]
+    assert bench_fedncf.config_from_args(parser.parse_args(args)).simulation == "batched"
+    config = bench_fedncf.config_from_args(parser.parse_args([*args, "--simulation", "compiled"]))
+    with pytest.raises(ValueError, match="simulation"):
+        bench_fedncf.BenchFedNCFConfig(simulation="reference")
+    jobs: list[dict] = []
+
+    def fake_job(spec: dict) -> dict:
+        jobs.append(spec)
+        return {"spec": spec, "hit_rate": 0.0, "ndcg": 0.0, "train_seconds": 0.0}
+
+    monkeypatch.setattr(bench_fedncf, "_run_job", fake_job)
+    bench_fedncf.run_all(dataclasses.replace(config, simulation="batched"), log=lambda _: None)
+    assert "simulation" not in jobs[-1]  # batched runs keep their earlier cache keys
+    bench_fedncf.run_all(config, log=lambda _: None)
+    assert jobs[-1]["simulation"] == "compiled"
+    names = sorted(p.name for p in (tmp_path / "runs").glob("federated-*"))
+    assert len(names) == 2 and "-compiled-" in names[1]
+
+
 def test_units_and_participation(small_dir: Path) -> None:
     data = load_prepared("ml-100k", small_dir)
     config = FedNCFConfig(global_rounds=2, clients_per_round=15, eval_every=1)

@@ -408,6 +408,41 @@ def test_batched_and_reference_simulations_train_the_same_model(small_dir: Path)
         torch.testing.assert_close(a.user_table(), b.user_table(), atol=1e-4, rtol=1e-3)
 
 
+def test_compiled_round_rejects_inconsistent_inputs(small_dir: Path) -> None:
+    """The kernel indexes without checks, so bad inputs are refused first, naming the problem."""
+    data = load_prepared("ml-100k", small_dir)
+    config = NCFConfig(model="neumf")
+    net = _seeded_net(config, data)
+    users = np.array([1, 2, 6])
+    good = _round_kwargs(
+        ClientData.of(data),
+        users,
+        0,
+        user_store=net.user_table(),
+        items=net.item_table(),
+        network=net.network_vector(),
+    )
+    samples = good["round_samples"]
+    items = samples.items.copy()
+    items[3] = data.num_items
+    positions = samples.position.copy()
+    positions[1] = positions[0]  # two examples in one place
+    bad = [
+        ({"round_samples": dataclasses.replace(samples, items=items)}, "example items"),
+        ({"round_samples": dataclasses.replace(samples, position=positions)}, "distinct"),
+        ({"user_rows": good["user_rows"][:2]}, "user_rows must be"),
+        ({"network": good["network"][:-1]}, "network must be"),
+        ({"items": good["items"].double()}, "items must be float32"),
+        ({"batch_size": 0}, "batch_size"),
+    ]
+    before = [t.clone() for t in (good["user_rows"], good["items"], good["network"])]
+    for change, match in bad:
+        with pytest.raises(ValueError, match=match):
+            train_round_compiled(config, **{**good, **change})
+    after = (good["user_rows"], good["items"], good["network"])
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
 def test_compiled_simulation_is_reproducible_with_any_thread_count(small_dir: Path) -> None:
     """A client's steps stay on one thread, so 1 and 2 Numba threads give the same bits."""
     import numba

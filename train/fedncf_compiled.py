@@ -295,9 +295,57 @@ def _client_major(samples: RoundSamples) -> np.ndarray:
     np.cumsum(n[:-1] * epochs, out=start[1:])
     client = samples.client
     destination = start[client] + samples.epoch * n[client] + samples.position
-    order = np.empty_like(destination)
+    order = np.full_like(destination, -1)
     order[destination] = np.arange(len(destination))
+    if np.any(order < 0):  # two examples in one place (then another place is empty)
+        raise ValueError("a client's examples of one local epoch must have distinct positions")
     return order
+
+
+def _check_inputs(
+    config: NCFConfig,
+    samples: RoundSamples,
+    user_rows: torch.Tensor,
+    items: torch.Tensor,
+    network: torch.Tensor,
+    batch_size: int,
+) -> None:
+    """Raise ValueError unless the round's arrays fit together (the kernel indexes unchecked)."""
+    width, clients = config.item_width, len(samples.users)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if items.ndim != 2 or items.shape[1] != width:
+        raise ValueError(f"items must be (num_items, {width}), got {tuple(items.shape)}")
+    if tuple(user_rows.shape) != (clients, width):
+        raise ValueError(f"user_rows must be ({clients}, {width}), got {tuple(user_rows.shape)}")
+    if tuple(network.shape) != (config.network_size,):
+        raise ValueError(f"network must be ({config.network_size},), got {tuple(network.shape)}")
+    for name, tensor in (("user_rows", user_rows), ("items", items), ("network", network)):
+        if tensor.dtype != torch.float32:
+            raise ValueError(f"{name} must be float32, got {tensor.dtype}")
+    n = np.asarray(samples.samples)
+    size = len(samples.items)
+    if clients == 0 or len(n) != clients or np.any(n < 1):
+        raise ValueError("a round needs at least one client and every client >= 1 example")
+    if size == 0 or size % int(n.sum()) != 0:
+        raise ValueError("the examples must be whole local epochs of every client")
+    epochs = size // int(n.sum())
+    arrays = (samples.client, samples.epoch, samples.position, samples.labels)
+    if any(len(a) != size for a in arrays):
+        raise ValueError(
+            "the examples' arrays (client, epoch, position, items, labels) differ in length"
+        )
+    if samples.items.min() < 0 or samples.items.max() >= items.shape[0]:
+        raise ValueError(f"example items must be in [0, {items.shape[0]})")
+    if samples.client.min() < 0 or samples.client.max() >= clients:
+        raise ValueError(f"example clients must be in [0, {clients})")
+    if samples.epoch.min() < 0 or samples.epoch.max() >= epochs:
+        raise ValueError(f"example epochs must be in [0, {epochs})")
+    if samples.position.min() < 0 or np.any(samples.position >= n[samples.client]):
+        raise ValueError("example positions must be in [0, n_k) of their client")
+    counts = np.bincount(samples.client * epochs + samples.epoch, minlength=clients * epochs)
+    if np.any(counts != np.repeat(n, epochs)):
+        raise ValueError("every client must have n_k examples in every local epoch")
 
 
 def train_round_compiled(
@@ -312,7 +360,11 @@ def train_round_compiled(
     optimizer_store: AdamStateStore | None = None,
 ) -> tuple[ClientUpdates, torch.Tensor]:
     """Train a round's clients with the compiled kernel (the arguments and results of
-    :func:`fedrec.train.fedncf.train_round_batched`; clients in ``round_samples.users`` order)."""
+    :func:`fedrec.train.fedncf.train_round_batched`; clients in ``round_samples.users`` order).
+
+    The kernel does not check its indices, so the inputs are checked here first (a
+    :class:`ValueError` names the problem; nothing is changed)."""
+    _check_inputs(config, round_samples, user_rows, items, network, batch_size)
     n = np.asarray(round_samples.samples, np.int64)
     clients, epochs = len(n), int(round_samples.epoch.max()) + 1
     num_items, width = items.shape

@@ -31,7 +31,7 @@ import torch
 
 from fedrec.agents.ncf import NCFConfig
 from fedrec.federation.aggregators import ClientUpdates
-from fedrec.train.fedncf import AdamStateStore, RoundSamples, _adam_factors
+from fedrec.train.fedncf import BETA1, BETA2, EPS, AdamStateStore, RoundSamples, _adam_factors
 
 # Numba's OpenMP threads would otherwise spin after every round, taking a core from the NumPy
 # and PyTorch work between rounds (set before Numba starts its thread pool).
@@ -46,8 +46,9 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 
 __all__ = ["compile_kernel", "train_round_compiled"]
 
-_B1, _B2, _EPS = np.float32(0.9), np.float32(0.999), np.float32(1e-8)
-_G1, _G2 = np.float32(1 - 0.9), np.float32(1 - 0.999)  # as float32(1 - beta), like the others
+# float32 constants, as the batched simulation's arrays hold them (a float64 would widen the loops)
+_B1, _B2, _EPS = np.float32(BETA1), np.float32(BETA2), np.float32(EPS)
+_G1, _G2 = np.float32(1 - BETA1), np.float32(1 - BETA2)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -401,8 +402,8 @@ def train_round_compiled(
         dense_m, dense_v = np.zeros_like(dense), np.zeros_like(dense)
         item_m, item_v = np.zeros_like(params), np.zeros_like(params)
         counts = np.arange(1, longest + 1)
-        bc1 = np.array([1 - 0.9**s for s in counts.tolist()])  # as Python floats, like the others
-        bc2 = np.array([1 - 0.999**s for s in counts.tolist()])
+        bc1 = np.array([1 - BETA1**s for s in counts.tolist()])  # as Python floats, like the others
+        bc2 = np.array([1 - BETA2**s for s in counts.tolist()])
         bc1, bc2 = (
             np.broadcast_to(bc1, (clients, longest)),
             np.broadcast_to(bc2, (clients, longest)),

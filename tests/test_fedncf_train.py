@@ -6,6 +6,7 @@ import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -291,9 +292,8 @@ def test_persistent_client_optimizer_changes_only_later_participations(small_dir
     )
 
 
-def test_bench_client_optimizer_flag_and_run_cache_key(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _bench_config(tmp_path: Path, *flags: str) -> Any:
+    """The bench configuration of ``fedrec bench fedncf`` (one GMF seed, MF-FedAvg) + ``flags``."""
     import argparse
 
     from fedrec.experiments import fedncf as bench_fedncf
@@ -301,14 +301,14 @@ def test_bench_client_optimizer_flag_and_run_cache_key(
     parser = argparse.ArgumentParser()
     bench_fedncf.add_parser(parser.add_subparsers())
     args = ["fedncf", "--model", "gmf", "--aggregators", "mf-fedavg", "--seeds", "1"]
-    args += ["--out", str(tmp_path)]
-    assert bench_fedncf.config_from_args(parser.parse_args(args)).client_optimizer == "federated"
-    config = bench_fedncf.config_from_args(
-        parser.parse_args([*args, "--client-optimizer", "persistent"])
-    )
-    assert config.client_optimizer == "persistent"
-    with pytest.raises(ValueError, match="client_optimizer"):
-        bench_fedncf.BenchFedNCFConfig(client_optimizer="shared")
+    args += ["--out", str(tmp_path), *flags]
+    return bench_fedncf.config_from_args(parser.parse_args(args))
+
+
+def _record_jobs(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    """Replace the bench's training jobs by a recorder: the specs it would have run."""
+    from fedrec.experiments import fedncf as bench_fedncf
+
     jobs: list[dict] = []
 
     def fake_job(spec: dict) -> dict:
@@ -316,6 +316,20 @@ def test_bench_client_optimizer_flag_and_run_cache_key(
         return {"spec": spec, "hit_rate": 0.0, "ndcg": 0.0, "train_seconds": 0.0}
 
     monkeypatch.setattr(bench_fedncf, "_run_job", fake_job)
+    return jobs
+
+
+def test_bench_client_optimizer_flag_and_run_cache_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fedrec.experiments import fedncf as bench_fedncf
+
+    assert _bench_config(tmp_path).client_optimizer == "federated"
+    config = _bench_config(tmp_path, "--client-optimizer", "persistent")
+    assert config.client_optimizer == "persistent"
+    with pytest.raises(ValueError, match="client_optimizer"):
+        bench_fedncf.BenchFedNCFConfig(client_optimizer="shared")
+    jobs = _record_jobs(monkeypatch)
     bench_fedncf.run_all(dataclasses.replace(config, client_optimizer="fresh"), log=lambda _: None)
     assert "client_optimizer" not in jobs[-1]  # "fresh" runs keep their earlier cache keys
     bench_fedncf.run_all(config, log=lambda _: None)
@@ -327,25 +341,13 @@ def test_bench_client_optimizer_flag_and_run_cache_key(
 def test_bench_simulation_flag_keys_the_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import argparse
-
     from fedrec.experiments import fedncf as bench_fedncf
 
-    parser = argparse.ArgumentParser()
-    bench_fedncf.add_parser(parser.add_subparsers())
-    args = ["fedncf", "--model", "gmf", "--aggregators", "mf-fedavg", "--seeds", "1"]
-    args += ["--out", str(tmp_path)]
-    assert bench_fedncf.config_from_args(parser.parse_args(args)).simulation == "batched"
-    config = bench_fedncf.config_from_args(parser.parse_args([*args, "--simulation", "compiled"]))
+    assert _bench_config(tmp_path).simulation == "batched"
+    config = _bench_config(tmp_path, "--simulation", "compiled")
     with pytest.raises(ValueError, match="simulation"):
         bench_fedncf.BenchFedNCFConfig(simulation="reference")
-    jobs: list[dict] = []
-
-    def fake_job(spec: dict) -> dict:
-        jobs.append(spec)
-        return {"spec": spec, "hit_rate": 0.0, "ndcg": 0.0, "train_seconds": 0.0}
-
-    monkeypatch.setattr(bench_fedncf, "_run_job", fake_job)
+    jobs = _record_jobs(monkeypatch)
     bench_fedncf.run_all(dataclasses.replace(config, simulation="batched"), log=lambda _: None)
     assert "simulation" not in jobs[-1]  # batched runs keep their earlier cache keys
     bench_fedncf.run_all(config, log=lambda _: None)

@@ -1,7 +1,7 @@
 """FedNCF's client simulation compiled with Numba (``FedNCFConfig(simulation="compiled")``).
 
 Why a compiled kernel: the batched NumPy simulation (:func:`fedrec.train.fedncf.train_round_batched`)
-steps all of a round's clients in lockstep, about 60 NumPy calls per step and as many steps as
+steps all of a round's clients in lockstep, 45-80 NumPy calls per step and as many steps as
 the round's longest client (57 on ML-100K), so Python dispatch and one pass over memory per
 elementwise operation dominate a round. Here one compiled call trains the whole round: a
 ``prange`` over the clients (each client's local steps in turn, so nothing waits for the longest

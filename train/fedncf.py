@@ -33,6 +33,8 @@ sizes). Sampling and batch layout for all clients take a few vectorised calls pe
 sorted by their number of local steps, so the clients still training at any step are a prefix of
 the stack. :func:`train_round_reference` is the plain per-client loop (an :class:`NCF` module,
 ``torch.optim``'s optimisers, autograd) that the batched version is tested against.
+``simulation="compiled"`` (:mod:`fedrec.train.fedncf_compiled`) trains a round in one Numba
+kernel call instead, clients in parallel, 2-3x faster, tested against the same reference.
 """
 
 from __future__ import annotations
@@ -1331,10 +1333,6 @@ def train_round_batched(
     return updates, new_rows
 
 
-# ------------------------------------------------------------------------------------------------
-# Evaluation
-
-
 def round_trainer(simulation: str) -> Callable[..., tuple[ClientUpdates, torch.Tensor]]:
     """The function that trains one aggregation round's clients in ``simulation`` (the compiled
     kernel is compiled, or loaded from Numba's cache, here rather than in the first round)."""
@@ -1344,6 +1342,10 @@ def round_trainer(simulation: str) -> Callable[..., tuple[ClientUpdates, torch.T
         compile_kernel()
         return train_round_compiled
     return train_round_batched if simulation == "batched" else train_round_reference
+
+
+# ------------------------------------------------------------------------------------------------
+# Evaluation
 
 
 def env_id_of(dataset: str) -> str:

@@ -189,17 +189,17 @@ def _central_job(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _share_cores() -> None:
+    """A parallel job's process: one Numba thread for the compiled simulation (the jobs share the
+    cores; set before Numba is imported in the fresh, spawned process)."""
+    os.environ["NUMBA_NUM_THREADS"] = "1"
+
+
 def _run_job(spec: dict[str, Any]) -> dict[str, Any]:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
     torch.set_num_threads(1)
-    if spec.get("simulation") == "compiled" and not spec["progress"]:
-        # progress is off exactly when jobs run in parallel: they share the cores, one kernel
-        # thread each
-        import numba
-
-        numba.set_num_threads(1)
     return (_federated_job if spec["kind"] == "federated" else _central_job)(spec)
 
 
@@ -281,7 +281,9 @@ def run_all(
         for spec, path in todo:
             finish(_run_job(spec), path)
     elif todo:
-        with ProcessPoolExecutor(config.jobs, mp_context=get_context("spawn")) as pool:
+        with ProcessPoolExecutor(
+            config.jobs, mp_context=get_context("spawn"), initializer=_share_cores
+        ) as pool:
             futures = [(pool.submit(_run_job, spec), path) for spec, path in todo]
             for future, path in futures:
                 finish(future.result(), path)

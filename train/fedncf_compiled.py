@@ -287,13 +287,11 @@ def _train_clients(
         )
 
 
-def _client_major(samples: RoundSamples) -> np.ndarray:
+def _client_major(samples: RoundSamples, start: np.ndarray) -> np.ndarray:
     """The permutation that lists a round's examples client by client, each client's epochs in
-    turn and each epoch in training order (``sample_round``'s arrays are epoch-major)."""
+    turn and each epoch in training order (``sample_round``'s arrays are epoch-major); ``start``
+    is where each client's examples begin in that order."""
     n = samples.samples
-    epochs = int(samples.epoch.max()) + 1
-    start = np.zeros(len(n), np.int64)
-    np.cumsum(n[:-1] * epochs, out=start[1:])
     client = samples.client
     destination = start[client] + samples.epoch * n[client] + samples.position
     order = np.full_like(destination, -1)
@@ -369,12 +367,12 @@ def train_round_compiled(
     n = np.asarray(round_samples.samples, np.int64)
     clients, epochs = len(n), int(round_samples.epoch.max()) + 1
     num_items, width = items.shape
-    order = _client_major(round_samples)
+    ex_starts = np.zeros(clients, np.int64)
+    np.cumsum(n[:-1] * epochs, out=ex_starts[1:])
+    order = _client_major(round_samples, ex_starts)
     ex_items = round_samples.items[order]
     ex_labels = np.ascontiguousarray(round_samples.labels[order], np.float32)
     ex_client = np.repeat(np.arange(clients), n * epochs)
-    ex_starts = np.zeros(clients, np.int64)
-    np.cumsum(n[:-1] * epochs, out=ex_starts[1:])
     # the flat table: each client's touched items in (client, item) order
     key = ex_client * num_items + ex_items
     mark = np.zeros(clients * num_items, dtype=bool)

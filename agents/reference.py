@@ -19,6 +19,7 @@ import numpy as np
 
 from fedrec.agents.assortment import optimal_slates
 from fedrec.agents.base import Info, Observation, SlateAgent
+from fedrec.agents.open_loop import OpenLoopPolicy, best_open_loop_plan
 from fedrec.agents.planner import DEFAULT_PLANNER_CONFIG, PlannerConfig, value_table
 from fedrec.envs.choc_kale_model import ChocKaleModel, ChocKaleParams
 
@@ -220,11 +221,17 @@ class JointReferencePolicy:
 
 def reference_policies(params: ChocKaleParams, *, seed: int = 0) -> dict[str, SlateAgent]:
     """The reference policies for an env's parameters, by name: random, the fixed heuristics
-    (``top_x``, ``bottom_x``), and the oracles (myopic, planner)."""
+    (``top_x``, ``bottom_x``), the best open-loop schedule of fixed rules (``best_open_loop``,
+    :mod:`fedrec.agents.open_loop`: the best no-learning policy that reads no user state), and
+    the oracles (myopic, planner). On a multi-platform env's parameters ``best_open_loop``
+    schedules the visits (called once per platform, in visit order)."""
     return {
         "random": RandomPolicy(slate_size=params.slate_size, seed=seed),
         "top_x": HighestFeaturePolicy(slate_size=params.slate_size, seed=seed),
         "bottom_x": LowestFeaturePolicy(slate_size=params.slate_size, seed=seed),
+        "best_open_loop": OpenLoopPolicy(
+            best_open_loop_plan(params), slate_size=params.slate_size, seed=seed
+        ),
         "myopic": MyopicPolicy(params, seed=seed),
         "planner": OptimalPlanner(params, seed=seed),
     }

@@ -31,6 +31,7 @@ AGENTS: dict[str, str] = {
     "rule_search_adaptive": "fedrec.agents.slate_rule:AdaptiveRuleSearchAgent",
     "top_x": "fedrec.agents.reference:HighestFeaturePolicy",
     "bottom_x": "fedrec.agents.reference:LowestFeaturePolicy",
+    "best_open_loop": "fedrec.agents.open_loop:OpenLoopPolicy",
     "popularity": "fedrec.agents.logged_baselines:PopularityAgent",
     "ppo": "fedrec.agents.sb3_agents:PPOAgent",
     "recurrent_ppo": "fedrec.agents.sb3_agents:RecurrentPPOAgent",

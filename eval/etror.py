@@ -67,7 +67,14 @@ JOINT_SERIES = "return/joint"
 GROUP_KEYS = ("agent", "env_id", "env_kwargs", "agent_config", "episodes", "steps", "num_envs")
 #: The paired differences of a :class:`FinalEval` (fields of :class:`SeriesSummary` too): one
 #: policy minus another on the same held-out episodes of a run.
-PAIRED = ("regret", "gain_over_random", "gain_over_top_x", "gain_over_bottom_x", "alone_over_top_x")
+PAIRED = (
+    "regret",
+    "gain_over_random",
+    "gain_over_top_x",
+    "gain_over_bottom_x",
+    "gain_over_best_open_loop",
+    "alone_over_top_x",
+)
 #: The fractions of ``final_eval.json``'s ``diagnostics`` entry, per platform.
 DIAGNOSTICS = ("saturated", "top_x_slates")
 
@@ -276,6 +283,9 @@ class FinalEval:
     gain_over_top_x: Estimate | None = None
     #: agent - bottom_x (the mirror heuristic, smallest feature first), paired likewise
     gain_over_bottom_x: Estimate | None = None
+    #: agent - best_open_loop (the best schedule of fixed rules, a function of the step only),
+    #: paired likewise: did it learn anything that no feedback-free policy does?
+    gain_over_best_open_loop: Estimate | None = None
     #: multi-platform: agent_alone - top_x_alone, paired, each platform with every other platform
     #: serving random slates: one platform compared across methods with the others held fixed
     alone_over_top_x: Estimate | None = None
@@ -396,6 +406,7 @@ class RunLog:
             gain_over_random=over("random"),
             gain_over_top_x=over("top_x"),
             gain_over_bottom_x=over("bottom_x"),
+            gain_over_best_open_loop=over("best_open_loop"),
             alone_over_top_x=alone,
         )
 
@@ -611,6 +622,8 @@ class SeriesSummary:
     gain_over_top_x: Estimate | None = None
     #: final greedy eval - bottom_x (the mirror heuristic), paired likewise
     gain_over_bottom_x: Estimate | None = None
+    #: final greedy eval - best_open_loop (the best schedule of fixed rules), paired likewise
+    gain_over_best_open_loop: Estimate | None = None
     #: multi-platform: the platform alone (others random) - top_x alone, paired likewise
     alone_over_top_x: Estimate | None = None
     #: every episode return and final-evaluation value of the series lies in [0, 1]: a rate such
@@ -637,6 +650,10 @@ class SeriesSummary:
     @property
     def bottom_x(self) -> Estimate | None:
         return self.references.get("bottom_x")
+
+    @property
+    def best_open_loop(self) -> Estimate | None:
+        return self.references.get("best_open_loop")
 
     @property
     def alone(self) -> Estimate | None:

@@ -82,15 +82,21 @@ CONTENDERS: dict[str, Contender] = {
     "recurrent_ppo": Contender("recurrent_ppo", 3000, {}, "sb3-contrib recurrent PPO (LSTM)"),
 }
 
-#: Reference policies of every final evaluation: name -> (reads the hidden state, description).
+#: Reference policies of every leaderboard: name -> (oracle: reads the hidden state or knows the
+#: model's user, description).
 REFERENCES: dict[str, tuple[bool, str]] = {
     "planner": (True, "optimal planner (DP over the true exposure, each user's tau)"),
     "myopic": (True, "myopic oracle (best expected engagement now)"),
+    "best_open_loop": (
+        False,
+        "the best schedule of fixed rules by step, searched with the model (no feedback)",
+    ),
     "top_x": (False, "fixed heuristic: the n largest-feature candidates"),
     "bottom_x": (False, "fixed heuristic: the n smallest-feature candidates"),
     "random": (False, "uniformly random slates"),
 }
-HEURISTICS = ("top_x", "bottom_x")
+#: The no-learning policies (no feedback, no hidden state): a learning claim is over the best.
+NO_LEARNING = ("top_x", "bottom_x", "best_open_loop")
 COLUMNS = [
     "rank",
     "policy",
@@ -99,7 +105,7 @@ COLUMNS = [
     "final greedy return",
     "regret to planner",
     "regret %",
-    "vs best heuristic",
+    "vs best no-learning",
     "vs random",
     "train s/run",
     "episodes",
@@ -207,7 +213,7 @@ class Row:
     final: Estimate
     regret: Estimate | None
     regret_percent: float
-    over_best_heuristic: Estimate | None
+    over_best_no_learning: Estimate | None
     over_random: Estimate | None
     train_seconds: float | None = None
     episodes: int | None = None
@@ -224,11 +230,93 @@ def _paired(tables: Sequence[Mapping[str, np.ndarray]], a: str, b: str) -> Estim
     return t_interval([float(np.mean(t[a] - t[b])) for t in tables])
 
 
-def leaderboard(runs: Mapping[str, Sequence[Path]]) -> list[Row]:
+def reference_returns(
+    setting_name: str, seed: int, *, out: Path, episodes: int = 500, log: Any = print
+) -> dict[str, np.ndarray]:
+    """Every reference policy's returns on seed ``seed``'s held-out episodes (those of the runs'
+    final evaluations), computed once into ``OUT/SETTING/references/seedS.json``.
+
+    The runs' own final evaluations may predate a reference policy (the best open-loop rule was
+    added after the committed leaderboards were trained); evaluating it here on the same episodes
+    keeps every comparison paired without retraining. :func:`leaderboard` checks that the
+    references a run recorded equal these, episode by episode.
+    """
+    import gymnasium as gym
+
+    from fedrec.agents.reference import env_params, reference_policies
+    from fedrec.eval.rollout import EVAL_SEED_OFFSET, evaluate_policy
+
+    setting = SETTINGS[setting_name]
+    eval_seed = EVAL_SEED_OFFSET + seed
+    path = out / setting_name / "references" / f"seed{seed}.json"
+    header = {
+        "env_id": setting.env_id,
+        "env_kwargs": dict(setting.env_kwargs),
+        "seed": eval_seed,
+        "episodes": episodes,
+    }
+    if path.exists():
+        saved = _read_references(path, header)
+        if set(REFERENCES) <= set(saved):
+            return saved
+    probe = gym.make(setting.env_id, **dict(setting.env_kwargs))
+    policies = reference_policies(env_params(probe), seed=eval_seed)
+    probe.close()
+    returns = {
+        name: evaluate_policy(
+            setting.env_id,
+            policies[name],
+            episodes=episodes,
+            num_envs=min(episodes, 500),
+            seed=eval_seed,
+            env_kwargs=setting.env_kwargs,
+        ).returns
+        for name in REFERENCES
+    }
+    from fedrec.train.checkpoint import write_json
+
+    policies_json = {name: values.tolist() for name, values in returns.items()}
+    plan = getattr(policies.get("best_open_loop"), "plan", None)
+    extra = {"best_open_loop_rule": plan.describe()} if plan is not None else {}
+    write_json(path, {**header, **extra, "policies": policies_json})
+    log(f"{setting_name} seed {seed}: reference policies evaluated -> {path}")
+    return returns
+
+
+def _read_references(path: Path, header: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """A references file, checked completely: the same setting and episodes, finite returns."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: not a readable references file ({error})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("policies"), dict):
+        raise ValueError(f"{path}: not a references file (no 'policies' object)")
+    differ = [key for key, value in header.items() if data.get(key) != value]
+    if differ:
+        raise ValueError(
+            f"{path} was made for another setting ({', '.join(differ)} differ): move it away"
+        )
+    returns = {}
+    for name, values in data["policies"].items():
+        array = np.asarray(values, dtype=np.float64) if isinstance(values, list) else None
+        if array is None or array.shape != (header["episodes"],) or not np.isfinite(array).all():
+            raise ValueError(f"{path}: policy {name!r} needs {header['episodes']} finite returns")
+        returns[name] = array
+    return returns
+
+
+def leaderboard(
+    runs: Mapping[str, Sequence[Path]],
+    references_by_seed: Mapping[int, Mapping[str, np.ndarray]] | None = None,
+) -> list[Row]:
     """Rows for the contenders' runs (name -> run directories, one per seed) and the reference
-    policies, best final return first. References come from the runs' final evaluations: every
-    run of a seed is evaluated on the same held-out episodes (checked)."""
-    references: dict[int, dict[str, np.ndarray]] = {}  # seed -> reference policy -> returns
+    policies, best final return first. References come from the runs' final evaluations and
+    ``references_by_seed`` (:func:`reference_returns`): every run of a seed is evaluated on the
+    same held-out episodes (checked: a reference present in both must agree episode by
+    episode)."""
+    references: dict[int, dict[str, np.ndarray]] = {  # seed -> reference policy -> returns
+        seed: dict(known) for seed, known in (references_by_seed or {}).items()
+    }
     contenders: dict[str, list[tuple[int, np.ndarray]]] = {}  # name -> (seed, returns)
     details: dict[str, tuple[float | None, int | None]] = {}  # name -> (train s/run, episodes)
     for name, paths in runs.items():
@@ -257,7 +345,7 @@ def leaderboard(runs: Mapping[str, Sequence[Path]]) -> list[Row]:
         episodes = logs[0].config.get("episodes")
         details[name] = (float(np.mean(times)) if times else None, episodes)
     seeds = sorted(references)
-    heuristics = [h for h in HEURISTICS if all(h in references[s] for s in seeds)]
+    heuristics = [h for h in NO_LEARNING if all(h in references[s] for s in seeds)]
     best = max(
         heuristics, key=lambda h: np.mean([references[s][h].mean() for s in seeds]), default=None
     )
@@ -276,7 +364,7 @@ def leaderboard(runs: Mapping[str, Sequence[Path]]) -> list[Row]:
             final=final,
             regret=regret,
             regret_percent=100 * regret.mean / np.mean(planner) if regret and planner else math.nan,
-            over_best_heuristic=_paired(tables, "this", best)
+            over_best_no_learning=_paired(tables, "this", best)
             if best not in (None, policy)
             else None,
             over_random=_paired(tables, "this", "random") if policy != "random" else None,
@@ -310,7 +398,7 @@ def row_cells(rank: int, row: Row) -> list[str]:
         _fmt(row.final),
         _fmt(row.regret),
         "" if math.isnan(row.regret_percent) else f"{row.regret_percent:.1f}%",
-        _fmt(row.over_best_heuristic, sign=True),
+        _fmt(row.over_best_no_learning, sign=True),
         _fmt(row.over_random, sign=True),
         "" if row.train_seconds is None else f"{row.train_seconds:.0f}",
         "" if row.episodes is None else f"{row.episodes:,}",
@@ -400,8 +488,14 @@ def run(args: argparse.Namespace) -> int:
                 )
                 for seed in range(args.first_seed, args.first_seed + args.seeds)
             ]
+        seeds = range(args.first_seed, args.first_seed + args.seeds)
+        references = {
+            seed: reference_returns(setting_name, seed, out=args.out, episodes=args.eval_episodes)
+            for seed in seeds
+        }
         title = SETTINGS[setting_name].title
-        markdown = write_leaderboard(leaderboard(runs), args.out / setting_name, title=title)
+        rows = leaderboard(runs, references)
+        markdown = write_leaderboard(rows, args.out / setting_name, title=title)
         print(markdown)
         if not args.no_plot:
             png = plot(runs, args.out / setting_name / "learning_curves.png", title=title)

@@ -57,6 +57,12 @@ BOTTOM_X_NOTE = (
     "claim over the better of the two heuristics (under long-term dynamics bottom-x is near the "
     "planner, top-x far below); vs bottom-x = agent - bottom-x, paired."
 )
+OPEN_LOOP_NOTE = (
+    "best open-loop = the best schedule of the fixed rules (top-x, bottom-x, their mixtures, "
+    "rank windows) as a function of the step only, searched with the env's model: the best "
+    "policy that needs no feedback and learns nothing; a learning claim is a claim over it. "
+    "vs open-loop = agent - best open-loop, paired."
+)
 #: The diagnostics table's columns and the note under it (docs/metrics.md, "Greedy-slate
 #: diagnostics").
 DIAGNOSTICS_COLUMNS = ["group", "platform", "seeds", "saturated", "top-x slates"]
@@ -233,6 +239,8 @@ def run(args: argparse.Namespace) -> int:
     columns += ["top-x", "vs top-x"] if show_heuristic else []
     show_bottom = any(summary.bottom_x is not None for _, _, summary, _ in rows)
     columns += ["bottom-x", "vs bottom-x"] if show_bottom else []
+    show_open_loop = any(summary.best_open_loop is not None for _, _, summary, _ in rows)
+    columns += ["best open-loop", "vs open-loop"] if show_open_loop else []
     show_alone = any(summary.alone is not None for _, _, summary, _ in rows)
     columns += ["alone", "alone vs top-x"] if show_alone else []
     columns += ["paper ETROR", "paper optimal", "paper random"] if show_paper else []
@@ -256,6 +264,11 @@ def run(args: argparse.Namespace) -> int:
             cells += [_cell(summary.top_x, **value), _signed(summary.gain_over_top_x, value)]
         if show_bottom:
             cells += [_cell(summary.bottom_x, **value), _signed(summary.gain_over_bottom_x, value)]
+        if show_open_loop:
+            cells += [
+                _cell(summary.best_open_loop, **value),
+                _signed(summary.gain_over_best_open_loop, value),
+            ]
         if show_alone:
             cells += [_cell(summary.alone, **value), _signed(summary.alone_over_top_x, value)]
         if show_paper:
@@ -277,6 +290,8 @@ def run(args: argparse.Namespace) -> int:
         notes.append(TOP_X_NOTE)
     if show_bottom:
         notes.append(BOTTOM_X_NOTE)
+    if show_open_loop:
+        notes.append(OPEN_LOOP_NOTE)
     if show_alone:
         notes.append(
             "alone = the platform's return when it alone follows the method and every other "

@@ -24,7 +24,8 @@ def test_the_leaderboard_ranks_contenders_and_references_and_marks_oracles(tmp_p
     with (board / "leaderboard.csv").open() as handle:
         rows = {row["policy"]: row for row in csv.DictReader(handle)}
     assert set(rows) == {
-        "rule_search", "slateq_myopic", "planner", "myopic", "top_x", "bottom_x", "random"
+        "rule_search", "slateq_myopic", "planner", "myopic", "top_x", "bottom_x",
+        "best_open_loop", "random",
     }  # fmt: skip
     assert {p for p, r in rows.items() if r["oracle"] == "oracle"} == {"planner", "myopic"}
     finals = [
@@ -78,3 +79,29 @@ def test_an_archived_log_reads_like_the_plain_one(tmp_path):
     archived = load_run(run)
     assert archived.episodes.equals(plain.episodes)
     assert [r.policy for r in leaderboard({"rule_search": [run]})]  # the leaderboard reads it
+
+
+def test_references_missing_from_a_run_are_evaluated_on_its_held_out_episodes(tmp_path):
+    """A run trained before a reference policy existed: the leaderboard evaluates that policy
+    on the run's own held-out episodes (checked against the references the run recorded)."""
+    from fedrec.experiments.longterm import reference_returns
+
+    assert main(["bench", "longterm", *ARGS[:3], "rule_search", "--seeds", "1", *SHORT,
+                 "--out", str(tmp_path), "--no-plot"]) == 0  # fmt: skip
+    run = tmp_path / "10x3" / "rule_search" / "seed0"
+    final = json.loads((run / "final_eval.json").read_text())
+    del final["policies"]["best_open_loop"]  # as in a run made before it existed
+    (run / "final_eval.json").write_text(json.dumps(final))
+    references = {0: reference_returns("10x3", 0, out=tmp_path, episodes=16, log=lambda *_: None)}
+    rows = {r.policy: r for r in leaderboard({"rule_search": [run]}, references)}
+    assert "best_open_loop" in rows and not rows["best_open_loop"].oracle
+    np.testing.assert_array_equal(
+        references[0]["bottom_x"], final["policies"]["bottom_x"]["returns"]
+    )
+    # references of other episodes are refused, not mixed in
+    shifted = {0: {**references[0], "bottom_x": references[0]["bottom_x"] + 1.0}}
+    with pytest.raises(ValueError, match="same held-out episodes"):
+        leaderboard({"rule_search": [run]}, shifted)
+    # a references file of another setting is refused with its name
+    with pytest.raises(ValueError, match="another setting"):
+        reference_returns("10x3", 0, out=tmp_path, episodes=32, log=lambda *_: None)

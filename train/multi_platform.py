@@ -258,7 +258,8 @@ def train_multi_platform(
 
 def final_evaluation(agent: Any, *, config: MultiPlatformTrainConfig) -> dict[str, Any]:
     """Greedy per-platform returns of ``agent``, random, the fixed heuristics ``top_x`` and
-    ``bottom_x`` and (optionally) the oracles: the joint planner and myopic, on the same held-out
+    ``bottom_x``, the best open-loop schedule of fixed rules and (optionally) the oracles: the
+    joint planner and myopic, on the same held-out
     episodes (true engagement, read through the env's evaluation channel). With several platforms also
     ``agent_alone`` and ``top_x_alone``: each platform's return when it alone follows the policy
     and every other platform serves random slates (a comparison of one platform across methods
@@ -268,6 +269,7 @@ def final_evaluation(agent: Any, *, config: MultiPlatformTrainConfig) -> dict[st
         HeuristicMultiPolicy,
         RandomMultiPolicy,
     )
+    from fedrec.agents.open_loop import JointOpenLoopPolicy
     from fedrec.agents.reference import JointReferencePolicy, MyopicPolicy, OptimalPlanner
     from fedrec.eval.rollout import evaluate_joint_policy
 
@@ -285,6 +287,8 @@ def final_evaluation(agent: Any, *, config: MultiPlatformTrainConfig) -> dict[st
             rule: HeuristicMultiPolicy(**parties, config=HeuristicConfig(rule), seed=seed)
             for rule in ("top_x", "bottom_x")
         },
+        # the best schedule of fixed rules over the visits (no feedback, no learning)
+        "best_open_loop": JointOpenLoopPolicy.for_env(probe),
     }
     if config.planner:
         planner = OptimalPlanner(probe.params, seed=seed)

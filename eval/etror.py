@@ -507,10 +507,34 @@ def load_run(path: str | Path) -> RunLog:
             _check_policy_entry(entry, f"{final_path}: policy {name!r}")
         if "diagnostics" in final:
             _check_diagnostics(final["diagnostics"], f"{final_path}: diagnostics")
+        final = _with_added_references(final, path / "references.json")
     run = RunLog(path=path, config=config, episodes=episodes, final_eval=final)
     for series in run.reported_series:  # parse final_eval.json's entries now, not when printing
         run.final(series)
     return run
+
+
+def _with_added_references(final: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``final_eval`` plus the reference policies evaluated later on the same held-out episodes
+    (``references.json``, written by ``fedrec eval --complete-references``): the same evaluation
+    seed and episode count, and no policy the run already recorded."""
+    if not path.is_file():
+        return final
+    added = _read_json(path)
+    if not isinstance(added, dict) or not isinstance(added.get("policies"), dict):
+        raise ValueError(f"{path}: expected an object with a 'policies' object")
+    for key in ("seed", "episodes"):
+        if added.get(key) != final.get(key):
+            raise ValueError(
+                f"{path}: {key} {added.get(key)!r} is not the final evaluation's "
+                f"{final.get(key)!r}: these references were not evaluated on the run's episodes"
+            )
+    clash = sorted(set(added["policies"]) & set(final["policies"]))
+    if clash:
+        raise ValueError(f"{path}: {', '.join(clash)} already in final_eval.json")
+    for name, entry in added["policies"].items():
+        _check_policy_entry(entry, f"{path}: policy {name!r}")
+    return {**final, "policies": {**final["policies"], **added["policies"]}}
 
 
 def _check_policy_entry(entry: Any, where: str) -> None:

@@ -230,93 +230,12 @@ def _paired(tables: Sequence[Mapping[str, np.ndarray]], a: str, b: str) -> Estim
     return t_interval([float(np.mean(t[a] - t[b])) for t in tables])
 
 
-def reference_returns(
-    setting_name: str, seed: int, *, out: Path, episodes: int = 500, log: Any = print
-) -> dict[str, np.ndarray]:
-    """Every reference policy's returns on seed ``seed``'s held-out episodes (those of the runs'
-    final evaluations), computed once into ``OUT/SETTING/references/seedS.json``.
-
-    The runs' own final evaluations may predate a reference policy (the best open-loop rule was
-    added after the committed leaderboards were trained); evaluating it here on the same episodes
-    keeps every comparison paired without retraining. :func:`leaderboard` checks that the
-    references a run recorded equal these, episode by episode.
-    """
-    import gymnasium as gym
-
-    from fedrec.agents.reference import env_params, reference_policies
-    from fedrec.eval.rollout import EVAL_SEED_OFFSET, evaluate_policy
-
-    setting = SETTINGS[setting_name]
-    eval_seed = EVAL_SEED_OFFSET + seed
-    path = out / setting_name / "references" / f"seed{seed}.json"
-    header = {
-        "env_id": setting.env_id,
-        "env_kwargs": dict(setting.env_kwargs),
-        "seed": eval_seed,
-        "episodes": episodes,
-    }
-    if path.exists():
-        saved = _read_references(path, header)
-        if set(REFERENCES) <= set(saved):
-            return saved
-    probe = gym.make(setting.env_id, **dict(setting.env_kwargs))
-    policies = reference_policies(env_params(probe), seed=eval_seed)
-    probe.close()
-    returns = {
-        name: evaluate_policy(
-            setting.env_id,
-            policies[name],
-            episodes=episodes,
-            num_envs=min(episodes, 500),
-            seed=eval_seed,
-            env_kwargs=setting.env_kwargs,
-        ).returns
-        for name in REFERENCES
-    }
-    from fedrec.train.checkpoint import write_json
-
-    policies_json = {name: values.tolist() for name, values in returns.items()}
-    plan = getattr(policies.get("best_open_loop"), "plan", None)
-    extra = {"best_open_loop_rule": plan.describe()} if plan is not None else {}
-    write_json(path, {**header, **extra, "policies": policies_json})
-    log(f"{setting_name} seed {seed}: reference policies evaluated -> {path}")
-    return returns
-
-
-def _read_references(path: Path, header: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """A references file, checked completely: the same setting and episodes, finite returns."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise ValueError(f"{path}: not a readable references file ({error})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("policies"), dict):
-        raise ValueError(f"{path}: not a references file (no 'policies' object)")
-    differ = [key for key, value in header.items() if data.get(key) != value]
-    if differ:
-        raise ValueError(
-            f"{path} was made for another setting ({', '.join(differ)} differ): move it away"
-        )
-    returns = {}
-    for name, values in data["policies"].items():
-        array = np.asarray(values, dtype=np.float64) if isinstance(values, list) else None
-        if array is None or array.shape != (header["episodes"],) or not np.isfinite(array).all():
-            raise ValueError(f"{path}: policy {name!r} needs {header['episodes']} finite returns")
-        returns[name] = array
-    return returns
-
-
-def leaderboard(
-    runs: Mapping[str, Sequence[Path]],
-    references_by_seed: Mapping[int, Mapping[str, np.ndarray]] | None = None,
-) -> list[Row]:
+def leaderboard(runs: Mapping[str, Sequence[Path]]) -> list[Row]:
     """Rows for the contenders' runs (name -> run directories, one per seed) and the reference
-    policies, best final return first. References come from the runs' final evaluations and
-    ``references_by_seed`` (:func:`reference_returns`): every run of a seed is evaluated on the
-    same held-out episodes (checked: a reference present in both must agree episode by
-    episode)."""
-    references: dict[int, dict[str, np.ndarray]] = {  # seed -> reference policy -> returns
-        seed: dict(known) for seed, known in (references_by_seed or {}).items()
-    }
+    policies, best final return first. References come from the runs' final evaluations (with
+    any ``references.json`` added later on the same episodes): every run of a seed is evaluated
+    on the same held-out episodes (checked)."""
+    references: dict[int, dict[str, np.ndarray]] = {}  # seed -> reference policy -> returns
     contenders: dict[str, list[tuple[int, np.ndarray]]] = {}  # name -> (seed, returns)
     details: dict[str, tuple[float | None, int | None]] = {}  # name -> (train s/run, episodes)
     for name, paths in runs.items():
@@ -488,13 +407,12 @@ def run(args: argparse.Namespace) -> int:
                 )
                 for seed in range(args.first_seed, args.first_seed + args.seeds)
             ]
-        seeds = range(args.first_seed, args.first_seed + args.seeds)
-        references = {
-            seed: reference_returns(setting_name, seed, out=args.out, episodes=args.eval_episodes)
-            for seed in seeds
-        }
+        from fedrec.train.references import complete_references
+
+        for path in (p for paths in runs.values() for p in paths):
+            complete_references(path)  # references added since the run was trained
         title = SETTINGS[setting_name].title
-        rows = leaderboard(runs, references)
+        rows = leaderboard(runs)
         markdown = write_leaderboard(rows, args.out / setting_name, title=title)
         print(markdown)
         if not args.no_plot:

@@ -117,6 +117,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--no-plot", action="store_true", help="print the table only")
     parser.add_argument(
+        "--complete-references",
+        action="store_true",
+        help="first evaluate the reference policies a run's final evaluation lacks (e.g. the best "
+        "open-loop rule, added after older runs were trained) on its held-out episodes, into "
+        "references.json beside final_eval.json (the run's own files are not changed)",
+    )
+    parser.add_argument(
         "--csv",
         type=Path,
         default=None,
@@ -207,7 +214,15 @@ def _check_output(option: str, path: Path | None) -> None:
 def run(args: argparse.Namespace) -> int:
     _check_output("--out", args.out)
     _check_output("--csv", args.csv)
-    runs = [_load(path) for path in find_runs(args.runs)]
+    paths = find_runs(args.runs)
+    if getattr(args, "complete_references", False):
+        from fedrec.train.references import complete_references
+
+        for path in paths:
+            written = complete_references(path)
+            if written is not None:
+                print(f"{path}: references on its held-out episodes in {written.name}")
+    runs = [_load(path) for path in paths]
     groups = aggregate(
         runs,
         log_every=args.log_every,

@@ -81,27 +81,37 @@ def test_an_archived_log_reads_like_the_plain_one(tmp_path):
     assert [r.policy for r in leaderboard({"rule_search": [run]})]  # the leaderboard reads it
 
 
-def test_references_missing_from_a_run_are_evaluated_on_its_held_out_episodes(tmp_path):
+def test_references_missing_from_a_run_are_evaluated_on_its_held_out_episodes(tmp_path, capsys):
     """A run trained before a reference policy existed: the leaderboard evaluates that policy
-    on the run's own held-out episodes (checked against the references the run recorded)."""
-    from fedrec.experiments.longterm import reference_returns
+    on the run's own held-out episodes into references.json (the run's files stay as they are)."""
+    from fedrec.train.references import complete_references
 
-    assert main(["bench", "longterm", *ARGS[:3], "rule_search", "--seeds", "1", *SHORT,
-                 "--out", str(tmp_path), "--no-plot"]) == 0  # fmt: skip
+    args = [*ARGS[:3], "rule_search", "--seeds", "1", *SHORT, "--out", str(tmp_path), "--no-plot"]
+    assert main(["bench", "longterm", *args]) == 0
     run = tmp_path / "10x3" / "rule_search" / "seed0"
     final = json.loads((run / "final_eval.json").read_text())
-    del final["policies"]["best_open_loop"]  # as in a run made before it existed
+    recorded = final["policies"].pop("best_open_loop")
+    (run / "final_eval.json").write_text(json.dumps(final))  # as in a run made before it existed
+    assert main(["bench", "longterm", *args]) == 0
+    added = json.loads((run / "references.json").read_text())
+    assert added["seed"] == final["seed"] and set(added["policies"]) == {"best_open_loop"}
+    assert added["policies"]["best_open_loop"]["returns"] == recorded["returns"]
+    assert "best_open_loop" not in json.loads((run / "final_eval.json").read_text())["policies"]
+    with (tmp_path / "10x3" / "leaderboard.csv").open() as handle:
+        assert "best_open_loop" in {row["policy"] for row in csv.DictReader(handle)}
+    assert complete_references(run) == run / "references.json"  # nothing more to add
+
+    # other episodes are refused: bottom_x, recomputed, would not match the run's record
+    final["policies"]["bottom_x"]["returns"][0] += 1.0
     (run / "final_eval.json").write_text(json.dumps(final))
-    references = {0: reference_returns("10x3", 0, out=tmp_path, episodes=16, log=lambda *_: None)}
-    rows = {r.policy: r for r in leaderboard({"rule_search": [run]}, references)}
-    assert "best_open_loop" in rows and not rows["best_open_loop"].oracle
-    np.testing.assert_array_equal(
-        references[0]["bottom_x"], final["policies"]["bottom_x"]["returns"]
-    )
-    # references of other episodes are refused, not mixed in
-    shifted = {0: {**references[0], "bottom_x": references[0]["bottom_x"] + 1.0}}
-    with pytest.raises(ValueError, match="same held-out episodes"):
-        leaderboard({"rule_search": [run]}, shifted)
-    # a references file of another setting is refused with its name
-    with pytest.raises(ValueError, match="another setting"):
-        reference_returns("10x3", 0, out=tmp_path, episodes=32, log=lambda *_: None)
+    (run / "references.json").unlink()
+    with pytest.raises(ValueError, match="not the same held-out episodes"):
+        complete_references(run)
+    # a references file of other episodes, or naming a recorded policy, is refused on load
+    (run / "references.json").write_text(json.dumps({**added, "seed": 1}))
+    with pytest.raises(ValueError, match="not evaluated on the run's episodes"):
+        leaderboard({"rule_search": [run]})
+    clash = {**added, "policies": {"bottom_x": added["policies"]["best_open_loop"]}}
+    (run / "references.json").write_text(json.dumps(clash))
+    with pytest.raises(ValueError, match=r"already in final_eval\.json"):
+        leaderboard({"rule_search": [run]})

@@ -22,17 +22,17 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
+# Choc-vs-Kale's hidden user state, re-exported: each env declares its own hidden info keys
+# (fedrec.envs.hidden), and the loops strip them for every agent that is not an oracle.
+from fedrec.envs.choc_kale_sim import HIDDEN_STATE_KEYS as HIDDEN_STATE_KEYS
+from fedrec.envs.hidden import strip_hidden
+
 Observation = Mapping[str, np.ndarray]
-#: Info keys that hold the user's hidden state: ground truth for oracles (myopic, planner) and
-#: analysis. The loops and rollouts hand them only to agents that declare ``oracle = True``.
-HIDDEN_STATE_KEYS = frozenset(
-    {"user_exposure", "user_satisfaction", "budget_left", "user_sensitivity"}
-)
 Info = Mapping[str, Any]
 
 
@@ -72,7 +72,8 @@ class SlateAgent(abc.ABC):
     #: Hyperparameters, for construction by name (``fedrec train``); a frozen dataclass.
     Config: ClassVar[type] = NoConfig
     #: True only for reference policies that read the user's hidden state from ``infos``
-    #: (:data:`HIDDEN_STATE_KEYS`); every other agent gets ``infos`` without it.
+    #: (the keys the env declares hidden, :func:`fedrec.envs.hidden.hidden_info_keys`); every
+    #: other agent gets ``infos`` without them, at any depth (:func:`visible_infos`).
     oracle: ClassVar[bool] = False
 
     #: Number of items per slate.
@@ -137,13 +138,14 @@ class SlateAgent(abc.ABC):
         return self.act_batch(batch, infos=batched_info)[0]
 
 
-def visible_infos(agent: object, infos: Info | None) -> Info | None:
+def visible_infos(agent: object, infos: Info | None, hidden: Collection[str]) -> Info | None:
     """What of the env's ``infos`` ``agent`` may read: all of it for an oracle, otherwise the info
-    without the user's hidden state (:data:`HIDDEN_STATE_KEYS`, and a vector env's ``_key``
-    masks of those keys), so that no learner can read what it should infer."""
+    without the keys in ``hidden`` (the env's declaration,
+    :func:`fedrec.envs.hidden.hidden_info_keys`) and their ``_key`` masks at every depth -- a
+    vector env's ``final_info`` included -- so that no learner can read what it should infer."""
     if infos is None or getattr(agent, "oracle", False):
         return infos
-    return {k: v for k, v in infos.items() if k.removeprefix("_") not in HIDDEN_STATE_KEYS}
+    return strip_hidden(infos, hidden)
 
 
 def slate_size_of(env: Any) -> int:

@@ -224,8 +224,11 @@ def reference_policies(params: ChocKaleParams, *, seed: int = 0) -> dict[str, Sl
     (``top_x``, ``bottom_x``), the best open-loop schedule of fixed rules (``best_open_loop``,
     :mod:`fedrec.agents.open_loop`: the best no-learning policy that reads no user state), and
     the oracles (myopic, planner). On a multi-platform env's parameters ``best_open_loop``
-    schedules the visits (called once per platform, in visit order)."""
-    return {
+    schedules the visits (called once per platform, in visit order). With hidden user types
+    also ``belief_planner`` (:mod:`fedrec.agents.belief_planner`): it knows the model but not
+    the user, and acts on the exact posterior from what it observes (elsewhere it is the
+    planner)."""
+    policies: dict[str, SlateAgent] = {
         "random": RandomPolicy(slate_size=params.slate_size, seed=seed),
         "top_x": HighestFeaturePolicy(slate_size=params.slate_size, seed=seed),
         "bottom_x": LowestFeaturePolicy(slate_size=params.slate_size, seed=seed),
@@ -235,6 +238,11 @@ def reference_policies(params: ChocKaleParams, *, seed: int = 0) -> dict[str, Sl
         "myopic": MyopicPolicy(params, seed=seed),
         "planner": OptimalPlanner(params, seed=seed),
     }
+    if params.heterogeneous:
+        from fedrec.agents.belief_planner import BeliefPlanner  # it builds on this module
+
+        policies["belief_planner"] = BeliefPlanner(params, seed=seed)
+    return policies
 
 
 __all__ = [

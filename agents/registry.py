@@ -27,6 +27,7 @@ AGENTS: dict[str, str] = {
     "random": "fedrec.agents.reference:RandomPolicy",
     "myopic": "fedrec.agents.reference:MyopicPolicy",
     "planner": "fedrec.agents.reference:OptimalPlanner",
+    "belief_planner": "fedrec.agents.belief_planner:BeliefPlanner",
     "rule_search": "fedrec.agents.slate_rule:RuleSearchAgent",
     "rule_search_adaptive": "fedrec.agents.slate_rule:AdaptiveRuleSearchAgent",
     "top_x": "fedrec.agents.reference:HighestFeaturePolicy",

@@ -16,6 +16,8 @@ from fedrec.envs.choc_kale_model import (
     ChoiceModelName,
     Semantics,
 )
+from fedrec.envs.choc_kale_sim import HIDDEN_STATE_KEYS
+from fedrec.envs.hidden import HIDDEN_INFO_KEYS
 from fedrec.envs.slates import SlateSpace, validate_slates
 from fedrec.envs.state import StateReader, generator_state
 
@@ -113,9 +115,14 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
     (exactly ``time_budget`` steps). There is no truncation.
 
     ## Info
-    Ground truth for reference policies and analysis, not for learners: ``user_exposure``,
-    ``user_satisfaction``, ``budget_left`` (before the next step), ``user_sensitivity`` (with
-    hidden user types), and ``clicked_slot``. fedrec's loops give the hidden keys to oracles only.
+    ``clicked_slot`` (the consumed slot, -1 for none; also in the observation's response), and
+    the user's **hidden** state, ground truth for reference policies and analysis:
+    ``user_exposure``, ``user_satisfaction``, ``budget_left`` (before the next step) and
+    ``user_sensitivity`` (with hidden user types). These four are declared in
+    ``metadata["hidden_info_keys"]`` (:data:`fedrec.envs.choc_kale_sim.HIDDEN_STATE_KEYS`);
+    fedrec's loops, rollouts and SB3 adapters strip them, at every depth of the info (a vector
+    env's ``final_info`` too), for every agent that is not an oracle
+    (:func:`fedrec.envs.hidden.strip_hidden`).
 
     ## Arguments
     ``num_candidates=10, slate_size=3, choice_model="first_slot", choice_intercept=1.0,
@@ -140,7 +147,7 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
     tested in ``tests/test_recsim_parity.py``.
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata = {"render_modes": ["ansi"], "render_fps": 4, HIDDEN_INFO_KEYS: HIDDEN_STATE_KEYS}
 
     def __init__(
         self,

@@ -16,6 +16,13 @@ import numpy as np
 from fedrec.envs.choc_kale_model import ChocKaleModel, ChocKaleParams
 from fedrec.envs.state import StateReader
 
+#: The user's hidden state: the keys of :meth:`ChocKaleSimulator.oracle_state`, which every
+#: Choc-vs-Kale env declares hidden (``metadata["hidden_info_keys"]``, see
+#: :mod:`fedrec.envs.hidden`): a recommender observes candidates and responses, never these.
+HIDDEN_STATE_KEYS = frozenset(
+    {"user_exposure", "user_satisfaction", "budget_left", "user_sensitivity"}
+)
+
 
 @dataclass(frozen=True)
 class VisitOutcome:
@@ -167,7 +174,8 @@ class ChocKaleSimulator:
         return obs
 
     def oracle_state(self) -> dict[str, np.ndarray]:
-        """Ground-truth user state, for reference policies (myopic, planner) and analysis only."""
+        """Ground-truth user state, for reference policies (myopic, planner) and analysis only
+        (its keys are :data:`HIDDEN_STATE_KEYS`)."""
         state = {
             "user_exposure": self.exposure.copy(),
             "user_satisfaction": self.satisfaction(),

@@ -10,7 +10,8 @@ from gymnasium.vector.utils import batch_space
 
 from fedrec.envs.choc_kale import Observation, observation_space
 from fedrec.envs.choc_kale_model import make_params
-from fedrec.envs.choc_kale_sim import ChocKaleSimulator
+from fedrec.envs.choc_kale_sim import HIDDEN_STATE_KEYS, ChocKaleSimulator
+from fedrec.envs.hidden import HIDDEN_INFO_KEYS
 from fedrec.envs.slates import SlateBatchSpace, SlateSpace, reject_finished, validate_slates
 from fedrec.envs.state import StateReader, generator_state
 from fedrec.envs.vector_utils import (
@@ -45,7 +46,11 @@ class ChocKaleVectorEnv(VectorEnv):
     (see :mod:`fedrec.envs.state`), for an exact resume without pickling.
     """
 
-    metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
+    metadata = {
+        "render_modes": [],
+        "autoreset_mode": AutoresetMode.NEXT_STEP,
+        HIDDEN_INFO_KEYS: HIDDEN_STATE_KEYS,
+    }
 
     def __init__(
         self,

@@ -18,7 +18,8 @@ from pettingzoo import ParallelEnv
 
 from fedrec.envs.choc_kale import FEDSLATE_KWARGS, Observation, observation_space
 from fedrec.envs.choc_kale_model import ChocKaleParams, make_params
-from fedrec.envs.choc_kale_sim import ChocKaleSimulator
+from fedrec.envs.choc_kale_sim import HIDDEN_STATE_KEYS, ChocKaleSimulator
+from fedrec.envs.hidden import HIDDEN_INFO_KEYS
 from fedrec.envs.slates import SlateSpace, validate_slates
 from fedrec.envs.state import StateReader, generator_state
 
@@ -50,6 +51,9 @@ class ChocKaleMultiPlatformBatchEnv:
     state, the episode's engagement, pending team reward and cycle count as plain data (see
     :mod:`fedrec.envs.state`), for an exact resume without pickling.
     """
+
+    #: The users' hidden state (never in the infos; see :meth:`oracle_state`).
+    metadata = {HIDDEN_INFO_KEYS: HIDDEN_STATE_KEYS}
 
     def __init__(
         self,
@@ -336,6 +340,13 @@ class ChocKaleMultiPlatformEnv(ParallelEnv):
     receives depends on its own engagement. Evaluation reads the true per-platform engagement
     from ``env.evaluation_engagement()`` (never passed to learners).
 
+    ## Info
+    Per platform: ``feedback`` (whether it observes responses) and, for a platform with
+    feedback, ``clicked_slot``. The user's **hidden** state (``user_exposure``,
+    ``user_satisfaction``, ``budget_left``; ``metadata["hidden_info_keys"]``) is never in the
+    infos: it is read through ``env.oracle_state()``, which the evaluation rollouts call for
+    oracles (the joint planner, myopic) only.
+
     ## Starting State
     As the single env; all randomness comes from the generator seeded by ``reset(seed=...)``.
 
@@ -369,6 +380,7 @@ class ChocKaleMultiPlatformEnv(ParallelEnv):
         "name": "choc_kale_multi_platform_v0",
         "render_modes": ["ansi"],
         "is_parallelizable": True,
+        HIDDEN_INFO_KEYS: HIDDEN_STATE_KEYS,
     }
 
     def __init__(self, *, render_mode: str | None = None, **kwargs: Any) -> None:

@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 
 from fedrec.agents.base import SlateAgent, visible_infos
+from fedrec.envs.hidden import hidden_info_keys
 from fedrec.envs.multi_platform import ChocKaleMultiPlatformBatchEnv
 from fedrec.eval.stats import mean_ci
 
@@ -58,17 +59,19 @@ def evaluate_policy(
     """Mean return of ``policy`` over ``episodes`` episodes of a registered Gymnasium id.
 
     Runs the native batched env (``gymnasium.make_vec``); batch i is reset with seed ``seed + i``,
-    so results are reproducible and independent of the agent's own randomness.
+    so results are reproducible and independent of the agent's own randomness. A policy that is
+    not an oracle gets the infos without the keys the env declares hidden.
     """
     returns: list[np.ndarray] = []
     for index, size in enumerate(_batches(episodes, num_envs)):
         env = gym.make_vec(env_id, num_envs=size, **dict(env_kwargs or {}))
+        hidden = hidden_info_keys(env)
         observations, infos = env.reset(seed=seed + index)
         policy.begin_episodes(np.ones(size, dtype=bool))
         total = np.zeros(size)
         done = np.zeros(size, dtype=bool)
         while not done.all():
-            slates = policy.act_batch(observations, infos=visible_infos(policy, infos))
+            slates = policy.act_batch(observations, infos=visible_infos(policy, infos, hidden))
             observations, rewards, terminated, truncated, infos = env.step(slates)
             total += np.where(done, 0.0, rewards)
             done |= terminated | truncated

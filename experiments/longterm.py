@@ -86,6 +86,10 @@ CONTENDERS: dict[str, Contender] = {
 #: model's user, description).
 REFERENCES: dict[str, tuple[bool, str]] = {
     "planner": (True, "optimal planner (DP over the true exposure, each user's tau)"),
+    "belief_planner": (
+        True,
+        "knows the model, not the user: QMDP on the exact posterior over (type, exposure)",
+    ),
     "myopic": (True, "myopic oracle (best expected engagement now)"),
     "best_open_loop": (
         False,
@@ -106,6 +110,7 @@ COLUMNS = [
     "regret to planner",
     "regret %",
     "vs best no-learning",
+    "vs belief planner",
     "vs random",
     "train s/run",
     "episodes",
@@ -214,6 +219,8 @@ class Row:
     regret: Estimate | None
     regret_percent: float
     over_best_no_learning: Estimate | None
+    #: this - belief_planner, paired (hidden user types: the ceiling without knowing the type)
+    over_belief_planner: Estimate | None
     over_random: Estimate | None
     train_seconds: float | None = None
     episodes: int | None = None
@@ -286,6 +293,9 @@ def leaderboard(runs: Mapping[str, Sequence[Path]]) -> list[Row]:
             over_best_no_learning=_paired(tables, "this", best)
             if best not in (None, policy)
             else None,
+            over_belief_planner=_paired(tables, "this", "belief_planner")
+            if policy != "belief_planner"
+            else None,
             over_random=_paired(tables, "this", "random") if policy != "random" else None,
             train_seconds=train_seconds,
             episodes=episodes,
@@ -298,13 +308,16 @@ def leaderboard(runs: Mapping[str, Sequence[Path]]) -> list[Row]:
     return sorted(rows, key=lambda r: -r.final.mean)
 
 
-def _fmt(estimate: Estimate | None, *, sign: bool = False) -> str:
+def _fmt(estimate: Estimate | None, *, sign: bool = False, percent_of: float | None = None) -> str:
+    """``mean ± half-width``; with ``percent_of`` (the row's own mean) the difference also as a
+    percentage of the other policy's mean (``this - other`` over ``other``)."""
     if estimate is None:
         return ""
     mean = f"{estimate.mean:+,.1f}" if sign else f"{estimate.mean:,.1f}"
-    if math.isnan(estimate.half_width):
-        return mean
-    return f"{mean} ± {estimate.half_width:,.1f}"
+    text = mean if math.isnan(estimate.half_width) else f"{mean} ± {estimate.half_width:,.1f}"
+    if percent_of is not None:
+        text += f" ({estimate.mean / (percent_of - estimate.mean):+.1%})"
+    return text
 
 
 def row_cells(rank: int, row: Row) -> list[str]:
@@ -318,6 +331,7 @@ def row_cells(rank: int, row: Row) -> list[str]:
         _fmt(row.regret),
         "" if math.isnan(row.regret_percent) else f"{row.regret_percent:.1f}%",
         _fmt(row.over_best_no_learning, sign=True),
+        _fmt(row.over_belief_planner, sign=True, percent_of=row.final.mean),
         _fmt(row.over_random, sign=True),
         "" if row.train_seconds is None else f"{row.train_seconds:.0f}",
         "" if row.episodes is None else f"{row.episodes:,}",
@@ -335,6 +349,15 @@ def write_leaderboard(rows: Sequence[Row], out: Path, *, title: str) -> str:
     lines = [f"### {title}", "", "| " + " | ".join(COLUMNS) + " |"]
     lines.append("|" + "---|" * len(COLUMNS))
     lines += ["| " + " | ".join(c) + " |" for c in cells]
+    planner = next((row for row in rows if row.policy == "planner"), None)
+    if planner is not None and planner.over_belief_planner is not None:
+        lines += [
+            "",
+            f"Value of knowing the user (planner - belief planner, paired): "
+            f"{_fmt(planner.over_belief_planner, percent_of=planner.final.mean)}; the "
+            "belief planner knows the model but not the user's type or exposure, so this "
+            "bounds from above what telling the types apart perfectly is worth.",
+        ]
     markdown = "\n".join(lines) + "\n"
     (out / "leaderboard.md").write_text(markdown, encoding="utf-8")
     return markdown

@@ -37,6 +37,16 @@ CHECKS: dict[tuple[str, int], Callable[[dict[str, Any]], bool]] = {
     # Hidden user types: no fixed heuristic within 10% of the planner (measured -12.3% over
     # 2,000 episodes; 300 here).
     ("longterm.md", 0): lambda names: names["best_heuristic"] < 0.92 * names["planner"],
+    # The best open-loop rule: the model's value is the simulated return (1,109.6 vs 1,108.2 over
+    # 4,000 episodes; 400 here, CI about 17).
+    ("longterm.md", 1): lambda names: (
+        abs(names["open_loop_value"] - names["open_loop_return"]) < 40
+    ),
+    # The belief planner between bottom-x and the planner (measured over 2,000 episodes: 1,127.7,
+    # 1,252.0, 1,292.1; 200 here: 1,121.6, 1,245.1, 1,291.3).
+    ("longterm.md", 2): lambda names: (
+        names["planner"] > names["belief_planner"] > names["bottom_x"] + 50
+    ),
     # The shared user's dilemma under long-term dynamics (measured: A +75.5 by defecting; joint
     # 2,313.1 both kale against 1,990.0 at best otherwise).
     ("fedcem.md", 0): lambda names: (

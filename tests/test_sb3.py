@@ -16,6 +16,7 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 import fedrec  # noqa: F401  (registers the ids)
+from fedrec.envs.choc_kale_sim import HIDDEN_STATE_KEYS
 from fedrec.envs.choc_kale_vector import ChocKaleVectorEnv
 from fedrec.train.sb3 import (
     SB3SlateVecEnv,
@@ -149,7 +150,7 @@ def test_vecenv_matches_dummy_vec_env_of_single_env(env_id: str) -> None:
             np.testing.assert_array_equal(
                 infos[0]["terminal_observation"], ref_infos[0]["terminal_observation"]
             )
-            assert ours.reset_infos[0]["budget_left"] == SHORT["time_budget"]
+            assert ours.reset_infos[0]["clicked_slot"] == -1  # a fresh episode's info
     assert episodes == 30 // SHORT["time_budget"]
 
 
@@ -199,7 +200,8 @@ def test_vecenv_follows_sb3_semantics_against_manual_rollout(flatten: bool) -> N
                     np.testing.assert_array_equal(terminal[key], final[key])
             # The final step's info, and a fresh episode in the returned obs / reset_infos.
             assert infos[i]["clicked_slot"] == info["final_info"]["clicked_slot"][i]
-            assert adapter.reset_infos[i]["budget_left"] == SHORT["time_budget"]
+            assert adapter.reset_infos[i]["clicked_slot"] == -1  # a fresh episode's info
+            assert not HIDDEN_STATE_KEYS & {*infos[i], *adapter.reset_infos[i]}  # SB3 learns
             assert "slate" not in adapter.reset_infos[i]
             assert not manual_obs["response_click"][i].any()
     assert dones_seen == 6

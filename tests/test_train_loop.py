@@ -112,7 +112,9 @@ def test_cli_trains_writes_a_run_and_eval_reads_it(tmp_path, capsys):
     assert config["agent_config"]["hidden_sizes"] == [16]
     assert len(read_episodes_csv(out / "episodes.csv")) == 24
     final = json.loads((out / "final_eval.json").read_text())
-    assert set(final["policies"]) == {"agent", "random", "top_x", "bottom_x", "myopic", "planner"}
+    assert set(final["policies"]) == {
+        "agent", "random", "top_x", "bottom_x", "best_open_loop", "myopic", "planner"
+    }  # fmt: skip
     assert len(final["policies"]["agent"]["returns"]) == 16
     assert main(["eval", str(out), "--out", str(tmp_path / "curves.png")]) == 0
     assert (tmp_path / "curves.png").stat().st_size > 0

@@ -31,6 +31,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from fedrec.agents.base import SlateAgent, Transitions, visible_infos
+from fedrec.envs.hidden import hidden_info_keys
 from fedrec.eval.rollout import EVAL_SEED_OFFSET, evaluate_policy
 from fedrec.train.core import (
     AGENT_SETUP_KEYS,
@@ -193,6 +194,7 @@ class SlateTrainer(Trainer):
     ) -> None:
         self.config = config
         self.env = make_env(config)
+        self.hidden_keys = hidden_info_keys(self.env)  # stripped from the infos of a non-oracle
         self.agent = agent if isinstance(agent, SlateAgent) else agent(self.env)
         run_config = {
             "env_id": config.env_id,
@@ -255,7 +257,9 @@ class SlateTrainer(Trainer):
         if rows:
             return rows, {}
         agent, env = self.agent, self.env
-        slates = agent.explore_batch(self.obs, infos=visible_infos(agent, self.info))
+        slates = agent.explore_batch(
+            self.obs, infos=visible_infos(agent, self.info, self.hidden_keys)
+        )
         next_obs, rewards, terminated, truncated, next_info = env.step(slates)
         done = np.asarray(terminated) | np.asarray(truncated)
         transitions = Transitions(

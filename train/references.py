@@ -21,7 +21,7 @@ from fedrec.train.checkpoint import write_json
 
 REFERENCES_FILE = "references.json"
 #: The reference policies added after runs were committed without them.
-ADDED_REFERENCES = ("best_open_loop",)
+ADDED_REFERENCES = ("best_open_loop", "belief_planner")
 #: A deterministic reference recomputed to check that the episodes are the run's.
 CHECK = "bottom_x"
 

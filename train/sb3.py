@@ -14,7 +14,9 @@ neither a Gaussian nor a categorical policy can guarantee, and SB3 does not acce
 - :func:`make_sb3_env`, which builds the latter (wrapped in ``VecMonitor``) from a registered id.
 
 The action and observation mappings are shared, so the single wrapper and the VecEnv present the
-same spaces and map the same scores to the same slates. See ``docs/sb3.md``.
+same spaces and map the same scores to the same slates. Neither hands SB3 an info key the env
+declares hidden (:func:`fedrec.envs.hidden.hidden_info_keys`: on Choc-vs-Kale the user's true
+state), at any depth: SB3's algorithms and callbacks are learners. See ``docs/sb3.md``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
+
+from fedrec.envs.hidden import hidden_info_keys, strip_hidden
 
 try:
     from stable_baselines3.common.vec_env import VecEnv, VecMonitor
@@ -158,7 +162,8 @@ class SB3SlateWrapper(gym.Wrapper):
         ``MlpPolicy``). With False the Dict is kept (use ``MultiInputPolicy``, which flattens and
         concatenates the keys itself, so the networks are the same).
 
-    The slate actually served is reported in ``info["slate"]``.
+    The slate actually served is reported in ``info["slate"]``; the info keys the env declares
+    hidden are left out.
     """
 
     def __init__(
@@ -170,6 +175,7 @@ class SB3SlateWrapper(gym.Wrapper):
         flatten_observation: bool = True,
     ) -> None:
         super().__init__(env)
+        self.hidden_keys = hidden_info_keys(env)
         self.num_candidates, self.slate_size = _slate_dims(env.action_space)
         self.action_mapping = action_mapping
         self.action_space = _policy_action_space(
@@ -200,12 +206,13 @@ class SB3SlateWrapper(gym.Wrapper):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
-        return self._obs(obs), info
+        return self._obs(obs), strip_hidden(info, self.hidden_keys)
 
     def step(self, action: np.ndarray) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         slate = self.slate(action)
         obs, reward, terminated, truncated, info = self.env.step(slate)
-        return self._obs(obs), reward, terminated, truncated, {**info, "slate": slate}
+        info = {**strip_hidden(info, self.hidden_keys), "slate": slate}
+        return self._obs(obs), reward, terminated, truncated, info
 
 
 # --------------------------------------------------------------------------- batched env
@@ -249,7 +256,8 @@ class SB3SlateVecEnv(VecEnv):
     puts the final one in ``infos[i]["terminal_observation"]``, ``dones = terminated | truncated``
     and ``infos[i]["TimeLimit.truncated"]`` flags truncation without termination. ``infos[i]``
     holds the user's info of the step (for a finished user: its final info) plus ``"slate"``;
-    the new episode's reset info goes to ``reset_infos[i]``.
+    the new episode's reset info goes to ``reset_infos[i]``. Neither holds a key the env declares
+    hidden.
 
     Actions and observations are mapped as in :class:`SB3SlateWrapper` (same options, same
     result). The whole batch shares the wrapped env's one random generator, so :meth:`seed`
@@ -272,6 +280,7 @@ class SB3SlateVecEnv(VecEnv):
                 f" got {mode!r}; e.g. gymnasium.make_vec(id, num_envs=B, autoreset_mode='SameStep')"
             )
         self.env = env
+        self.hidden_keys = hidden_info_keys(env)
         self.num_candidates, self.slate_size = _slate_dims(env.single_action_space)
         self.action_mapping = action_mapping
         self.flatten_observation = flatten_observation
@@ -304,7 +313,7 @@ class SB3SlateVecEnv(VecEnv):
         if any(opts != options for opts in self._options):
             raise ValueError("SB3SlateVecEnv resets all users together: options must be equal")
         obs, info = self.env.reset(seed=self._seed, options=options or None)
-        self.reset_infos = _unbatch_infos(info, self.num_envs)
+        self.reset_infos = _unbatch_infos(strip_hidden(info, self.hidden_keys), self.num_envs)
         self._seed = None
         self._reset_seeds()
         self._reset_options()
@@ -322,6 +331,7 @@ class SB3SlateVecEnv(VecEnv):
     def step_wait(self) -> VecEnvStepReturn:
         slates = self._slates
         obs, rewards, terminated, truncated, info = self.env.step(slates)
+        info = strip_hidden(info, self.hidden_keys)
         terminated = np.asarray(terminated, dtype=bool)
         truncated = np.asarray(truncated, dtype=bool)
         dones = terminated | truncated

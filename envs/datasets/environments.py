@@ -17,6 +17,7 @@ from gymnasium.vector.utils import batch_space
 
 from fedrec.envs.datasets.catalog import load_prepared
 from fedrec.envs.datasets.preprocess import PreparedData
+from fedrec.envs.hidden import HIDDEN_INFO_KEYS
 from fedrec.envs.slates import (
     SlateBatchSpace,
     SlateSpace,
@@ -33,6 +34,13 @@ from fedrec.envs.vector_utils import (
 
 Observation = dict[str, np.ndarray]
 Mode = Literal["interaction", "evaluation"]
+
+#: Evaluation mode's hidden info keys (``metadata["hidden_info_keys"]``): the held-out item's
+#: column and id are the test's answer, which a learner could memorise over repeated sweeps.
+EVALUATION_HIDDEN_KEYS = frozenset({"target_index", "test_item"})
+#: Interaction mode's hidden info keys: how many logged positives the user has left is what the
+#: log holds next, which a deployed recommender cannot know.
+INTERACTION_HIDDEN_KEYS = frozenset({"positives_left"})
 
 
 def _feature_box(values: np.ndarray) -> spaces.Box:
@@ -220,6 +228,12 @@ class LoggedEvaluationEnv(gym.Env[Observation, np.ndarray]):
     ``test_item`` (its remapped id). The logs have no propensities, so there are no off-policy
     estimates.
 
+    ``target_index`` and ``test_item`` are **hidden** (``metadata["hidden_info_keys"]``): they
+    give the held-out answer even when the ranking missed it, which an agent run on this env for
+    several sweeps could memorise; fedrec's loops, rollouts and SB3 adapters strip them for every
+    agent that is not an oracle. ``hit``, ``ndcg`` and ``rank`` stay visible: they are the
+    feedback on the agent's own ranking, as a click on a ranked slot would be.
+
     ## Arguments
     ``dataset`` (``"ml-100k"``, ``"ml-1m"``, ``"lastfm-2k"``, ``"foursquare-nyc"``, ...),
     ``data_dir=None`` (the data set's folder or the cache root; default ``$FEDREC_DATA`` or
@@ -241,7 +255,7 @@ class LoggedEvaluationEnv(gym.Env[Observation, np.ndarray]):
     is not part of it (it is rebuilt from the arguments). See :mod:`fedrec.envs.state`.
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 1}
+    metadata = {"render_modes": ["ansi"], "render_fps": 1, HIDDEN_INFO_KEYS: EVALUATION_HIDDEN_KEYS}
 
     def __init__(
         self,
@@ -358,7 +372,11 @@ class LoggedEvaluationVectorEnv(CoreVectorEnvState, VectorEnv):
     ``state_dict()`` / ``load_state_dict(state)`` save and restore its dynamic state as plain data.
     """
 
-    metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
+    metadata = {
+        "render_modes": [],
+        "autoreset_mode": AutoresetMode.NEXT_STEP,
+        HIDDEN_INFO_KEYS: EVALUATION_HIDDEN_KEYS,
+    }
 
     def __init__(
         self,
@@ -829,6 +847,12 @@ class LoggedInteractionEnv(_InteractionStepper, gym.Env[Observation, np.ndarray]
     policy, so there is no logged action or propensity (the Taobao env has them, under Open
     Bandit Pipeline's keys).
 
+    ``positives_left`` (the user's logged positives not yet recommended) is **hidden**
+    (``metadata["hidden_info_keys"]``): it tells what the log holds next, which a deployed
+    recommender cannot know; fedrec's loops, rollouts and SB3 adapters strip it for every agent
+    that is not an oracle. The other keys are the response to the agent's own slate (which item
+    was consumed, and when and how the log rated it), as a deployed recommender would see it.
+
     ## Arguments
     """
         + _INTERACTION_ARGS
@@ -842,7 +866,11 @@ class LoggedInteractionEnv(_InteractionStepper, gym.Env[Observation, np.ndarray]
         + _STATE_CARD
     )
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata = {
+        "render_modes": ["ansi"],
+        "render_fps": 4,
+        HIDDEN_INFO_KEYS: INTERACTION_HIDDEN_KEYS,
+    }
 
     def __init__(
         self,
@@ -954,7 +982,11 @@ class LoggedInteractionVectorEnv(_InteractionStepper, CoreVectorEnvState, Vector
     ``state_dict()`` / ``load_state_dict(state)`` save and restore its dynamic state as plain data.
     """
 
-    metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
+    metadata = {
+        "render_modes": [],
+        "autoreset_mode": AutoresetMode.NEXT_STEP,
+        HIDDEN_INFO_KEYS: INTERACTION_HIDDEN_KEYS,
+    }
 
     def __init__(
         self,

@@ -22,6 +22,7 @@ from gymnasium.vector.utils import batch_space
 
 from fedrec.envs.datasets.catalog import _signature, locate
 from fedrec.envs.datasets.formats import TAOBAO_USER_PROFILE_HEADER, load_taobao
+from fedrec.envs.hidden import HIDDEN_INFO_KEYS
 from fedrec.envs.slates import reject_finished, validate_scores
 from fedrec.envs.state import CoreVectorEnvState, StateReader, generator_state
 from fedrec.envs.vector_utils import (
@@ -37,6 +38,8 @@ AD_FIELDS = ("adgroup_id", "cate_id", "campaign_id", "customer", "brand")
 #: 2017-05-13 00:00 Asia/Shanghai: the first second of the standard test day.
 TEST_DAY_START = 1_494_604_800
 SHANGHAI = 8 * 3600
+#: The env's hidden info keys (``metadata["hidden_info_keys"]``): none, see the card's "Info".
+HIDDEN_KEYS: frozenset[str] = frozenset()
 
 
 def _codes(values: pd.Series, missing: tuple[str, ...] = ("", "NULL")) -> np.ndarray:
@@ -315,7 +318,9 @@ class TaobaoAdsEnv(gym.Env[Observation, np.ndarray]):
     Open Bandit Pipeline keys for the logged data: ``action`` (remapped adgroup id of the shown
     ad), ``position`` (pid code), ``reward`` (logged click), ``context`` (user features + context),
     ``action_context`` (ad features and price); plus ``score`` (the agent's score). The log has no
-    propensities, so there is no ``pscore``.
+    propensities, so there is no ``pscore``. No key is hidden (``metadata["hidden_info_keys"]`` is
+    empty): each describes the impression just shown, which the agent observed, and its click,
+    which is the reward.
 
     ## Arguments
     ``data_dir=None``, ``split="test"`` (2017-05-13; ``"train"`` = the 7 days before, ``"all"``).
@@ -329,7 +334,7 @@ class TaobaoAdsEnv(gym.Env[Observation, np.ndarray]):
         + _VECTOR_CARD
     )
 
-    metadata = {"render_modes": []}
+    metadata = {"render_modes": [], HIDDEN_INFO_KEYS: HIDDEN_KEYS}
 
     def __init__(
         self,
@@ -410,7 +415,11 @@ class TaobaoAdsVectorEnv(CoreVectorEnvState, VectorEnv):
     dynamic state as plain data (see :mod:`fedrec.envs.state`).
     """
 
-    metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
+    metadata = {
+        "render_modes": [],
+        "autoreset_mode": AutoresetMode.NEXT_STEP,
+        HIDDEN_INFO_KEYS: HIDDEN_KEYS,
+    }
 
     STATE_MASKS = ("autoreset", "done")
 

@@ -114,6 +114,20 @@ MULTI_PLATFORM_AGENTS: dict[str, AgentSpec] = {
         {"time_bins": 1},
         "FedCEM whose rule ignores the time in the episode (ablation: no clock)",
     ),
+    "fedcem_dp": AgentSpec(
+        "fedrec.agents.fedcem:FedCEMAgent",
+        {"protection": "dp", "population": 1024},
+        "FedCEM whose feedback platforms send clipped, Gaussian-noised elite statistics of "
+        "1,024 user-episodes per update: the rule the others see is differentially private in "
+        "each user's return (docs/fedcem.md)",
+    ),
+    "per_platform_adaptive": AgentSpec(
+        _PER_PLATFORM,
+        {"agent": "rule_search_adaptive", "silent": "bottom_x"},
+        "local baseline for hidden user types: rule_search_adaptive on every feedback platform "
+        "(its rule reads the platform's own satisfaction readings); no-feedback platforms serve "
+        "bottom_x, the best fixed slate",
+    ),
     "per_platform": AgentSpec(
         _PER_PLATFORM,
         {},

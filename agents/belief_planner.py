@@ -65,6 +65,27 @@ the planner's own discretisation. The planner's lead over the belief planner is 
 upper bound on the value of knowing the user's type and exposure (docs/longterm.md, "The belief
 planner"). ``map_type=True`` is the certainty-equivalent variant: it acts on the most probable
 type (with that type's exposure posterior) instead of weighting by the type posterior.
+
+## Several platforms: :class:`JointBeliefPlanner`
+
+On a multi-platform env (:class:`~fedrec.envs.multi_platform.ChocKaleMultiPlatformBatchEnv`) one
+user visits the platforms in order every joint step, each visit a step of the same dynamics with
+one shared budget. The joint belief planner is the centralised filter of all platforms: it sees
+every platform's observations and slates. Per joint step, in the env's order of events (the
+observations are built after the last visit of a step):
+
+- each visit of the previous joint step, in platform order: a platform with feedback folds in its
+  newest response as above (engagement at the satisfaction before *its* visit, then the consumed
+  item's transition); a platform without feedback never reveals the consumed item, so its visit
+  is the choice mixture sum_i p_i T_{c_i} b + p_null b over its slate, with the MNL
+  probabilities p of the slate's items and the null item (they do not depend on the state) and
+  no engagement likelihood;
+- then every platform's reading ``user``: all are of the satisfaction after the step's last
+  visit (at the start: of e_0), with independent noise, so their likelihoods multiply.
+
+All platforms act at once, before any visit of the step: platform k scores its candidates by
+QMDP with the remaining budget T - (visits so far) on the belief predicted through the slates of
+platforms 0..k-1 (their choice mixtures), as the joint planner plans on the expected exposure.
 """
 
 from __future__ import annotations
@@ -77,6 +98,7 @@ from typing import Any
 import numpy as np
 from scipy import sparse, special
 
+from fedrec.agents.assortment import optimal_slates
 from fedrec.agents.base import Info, Observation, SlateAgent
 from fedrec.agents.planner import DEFAULT_PLANNER_CONFIG, PlannerConfig, value_table
 from fedrec.agents.reference import _ValueGreedyPolicy, env_params
@@ -216,6 +238,39 @@ def qmdp_tables(
     return QmdpTables(features=features, items=items, null=null)
 
 
+def decision_weights(belief: np.ndarray, *, map_type: bool) -> np.ndarray:
+    """What QMDP averages the values over: the posterior (U, types, cells), or with ``map_type``
+    the posterior conditioned on each user's most probable type."""
+    if not map_type:
+        return belief
+    best = belief.sum(axis=2).argmax(axis=1)
+    keep = np.arange(belief.shape[1])[None, :] == best[:, None]
+    weights = belief * keep[:, :, None]
+    return weights / weights.sum(axis=(1, 2), keepdims=True)
+
+
+def qmdp_values(
+    tables: QmdpTables, weights: np.ndarray, budget: np.ndarray, features: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """QMDP values of the candidates ``features`` (U, N) and of the null item (U,): each type's
+    planner values at remaining budget ``budget`` (U,), in 1..T, averaged over ``weights``
+    (U, types, cells), interpolated linearly in the feature."""
+    users = len(features)
+    weights = weights.reshape(users, -1)
+    on_grid = np.empty((users, len(tables.features)))
+    null_value = np.empty(users)
+    for t in np.unique(budget):
+        rows = budget == t
+        on_grid[rows] = weights[rows] @ tables.items[t - 1]
+        null_value[rows] = weights[rows] @ tables.null[t - 1]
+    position = np.clip(features, 0.0, 1.0) * (len(tables.features) - 1)
+    low = np.minimum(position.astype(np.int64), len(tables.features) - 2)
+    frac = position - low
+    left = np.take_along_axis(on_grid, low, axis=1)
+    right = np.take_along_axis(on_grid, low + 1, axis=1)
+    return left + frac * (right - left), null_value
+
+
 class BeliefFilter:
     """The grid Bayes filter over (type, exposure) for a batch of users (see the module text).
 
@@ -314,6 +369,57 @@ class BeliefFilter:
             moved[:, k] = np.bincount(flat, mass, minlength=users * cells).reshape(users, cells)
         return moved / moved.sum(axis=(1, 2), keepdims=True)
 
+    def _consume(
+        self, belief: np.ndarray, users: np.ndarray, features: np.ndarray, observed: np.ndarray
+    ) -> None:
+        """In place: ``users`` consumed items of ``features`` with observed engagement ``observed``
+        (one each); condition on the engagement (censored at the clip), then move by the item."""
+        chocness = self.model.chocness(features.astype(np.float64))
+        observed = observed.astype(np.float64)
+        clip = self.params.engagement_clip
+        censored = np.zeros(len(users), dtype=bool)
+        if clip is not None:
+            censored = observed >= np.float32(clip)
+        loglik = self.engagement_loglik(chocness, observed, censored)
+        belief[users] = self.transition(self.condition(belief[users], loglik), chocness)
+
+    def observe_response(
+        self, belief: np.ndarray, clicks: np.ndarray, engagement: np.ndarray, shown: np.ndarray
+    ) -> np.ndarray:
+        """One visit whose response was observed: ``clicks`` and ``engagement`` (U, n) are its
+        rows of ``response_click`` / ``response_engagement`` and ``shown`` (U, n) the features of
+        the slate it responded to. A zero click row (the null item) leaves the exposure as it was.
+        """
+        belief = belief.copy()
+        clicks = np.asarray(clicks)
+        consumed = clicks.max(axis=1) > 0
+        users, slot = np.flatnonzero(consumed), clicks[consumed].argmax(axis=1)
+        if len(users):
+            observed = np.asarray(engagement)[users, slot]
+            self._consume(belief, users, np.asarray(shown)[users, slot], observed)
+        return belief
+
+    def choice_mixture(self, belief: np.ndarray, shown: np.ndarray) -> np.ndarray:
+        """One visit whose choice is not observed (a platform without feedback, or a slate not yet
+        answered): the mixture over the slate's items and the null item, each weighted by its
+        choice probability, of the transitions the choice would cause.
+
+        The choice probabilities depend on the slate's features only (not on the state), and no
+        engagement is observed, so nothing conditions the mixture: it is the exact prediction.
+        ``shown`` (U, n): the features of each user's slate, in slot order.
+        """
+        shown = np.asarray(shown, dtype=np.float64)
+        users, size = shown.shape
+        weights, null_weight = self.model.choice_weights(shown)
+        total = weights.sum(axis=1) + null_weight
+        moved = self.transition(np.repeat(belief, size, axis=0), self.model.chocness(shown).ravel())
+        mixed = np.einsum(
+            "us,ustc->utc", weights / total[:, None], moved.reshape(users, size, *belief.shape[1:])
+        )
+        if null_weight > 0:
+            mixed += (null_weight / total)[:, None, None] * belief
+        return mixed / mixed.sum(axis=(1, 2), keepdims=True)
+
     # -- one observation ------------------------------------------------------------------------
     def update(
         self,
@@ -336,22 +442,39 @@ class BeliefFilter:
             consumed = clicks.max(axis=1) > 0
             users, slot = users[consumed], clicks[consumed].argmax(axis=1)
             if len(users):
-                chocness = self.model.chocness(shown[users, slot].astype(np.float64))
                 observed = np.asarray(observations["response_engagement"])[users, -1, slot]
-                observed = observed.astype(np.float64)
-                clip = self.params.engagement_clip
-                censored = np.zeros(len(users), dtype=bool)
-                if clip is not None:
-                    censored = observed >= np.float32(clip)
-                loglik = self.engagement_loglik(chocness, observed, censored)
-                belief[users] = self.transition(self.condition(belief[users], loglik), chocness)
+                self._consume(belief, users, shown[users, slot], observed)
         if self.params.observes_satisfaction:
             reading = np.asarray(observations["user"], dtype=np.float64)[:, 0]
             belief = self.condition(belief, self.reading_loglik(reading))
         return belief
 
 
-class BeliefPlanner(_ValueGreedyPolicy):
+class _PosteriorSummaries:
+    """Read-outs of a posterior ``belief`` (users, types, cells) on ``filter``'s grid."""
+
+    params: ChocKaleParams
+    filter: BeliefFilter
+    belief: np.ndarray
+
+    @property
+    def sensitivities(self) -> tuple[float, ...]:
+        """The type of each layer of the belief (``user_sensitivities``, or the one tau)."""
+        return sensitivities_of(self.params)
+
+    def type_posterior(self) -> np.ndarray:
+        """P(tau = layer k | observations) per user: (users, types)."""
+        return self.belief.sum(axis=2)
+
+    def exposure_moments(self) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and standard deviation of each user's current exposure."""
+        marginal = self.belief.sum(axis=1)
+        mean = marginal @ self.filter.grid
+        variance = marginal @ self.filter.grid**2 - mean**2
+        return mean, np.sqrt(np.maximum(variance, 0.0))
+
+
+class BeliefPlanner(_ValueGreedyPolicy, _PosteriorSummaries):
     """QMDP on the exact (grid) posterior over the user's type and exposure; see the module text.
 
     Knows the env's parameters (hence ``oracle = True``, like the planner) but reads no info key:
@@ -403,22 +526,6 @@ class BeliefPlanner(_ValueGreedyPolicy):
         self.steps[mask] = 0
         self.shown[mask] = 0.0
 
-    @property
-    def sensitivities(self) -> tuple[float, ...]:
-        """The type of each layer of the belief (``user_sensitivities``, or the one tau)."""
-        return sensitivities_of(self.params)
-
-    def type_posterior(self) -> np.ndarray:
-        """P(tau = layer k | observations) per user: (users, types)."""
-        return self.belief.sum(axis=2)
-
-    def exposure_moments(self) -> tuple[np.ndarray, np.ndarray]:
-        """Posterior mean and standard deviation of each user's current exposure."""
-        marginal = self.belief.sum(axis=1)
-        mean = marginal @ self.filter.grid
-        variance = marginal @ self.filter.grid**2 - mean**2
-        return mean, np.sqrt(np.maximum(variance, 0.0))
-
     # -- acting ---------------------------------------------------------------------------------
     def act_batch(self, observations: Observation, *, infos: Info | None = None) -> np.ndarray:
         """Update each user's posterior with this observation, then the QMDP slate."""
@@ -438,31 +545,13 @@ class BeliefPlanner(_ValueGreedyPolicy):
     def decision_weights(self) -> np.ndarray:
         """The distribution the values are averaged over: the posterior, or with ``map_type`` the
         posterior conditioned on each user's most probable type."""
-        if not self.config.map_type:
-            return self.belief
-        best = self.type_posterior().argmax(axis=1)
-        keep = np.arange(self.belief.shape[1])[None, :] == best[:, None]
-        weights = self.belief * keep[:, :, None]
-        return weights / weights.sum(axis=(1, 2), keepdims=True)
+        return decision_weights(self.belief, map_type=self.config.map_type)
 
     def values(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior-weighted planner values of the candidates (U, N) and of the null item (U,),
         at each user's remaining budget T - steps."""
-        tables, users = self.tables, len(features)
-        weights = self.decision_weights().reshape(users, -1)
         budget = np.clip(self.params.time_budget - self.steps, 1, self.params.time_budget)
-        on_grid = np.empty((users, len(tables.features)))
-        null_value = np.empty(users)
-        for t in np.unique(budget):
-            rows = budget == t
-            on_grid[rows] = weights[rows] @ tables.items[t - 1]
-            null_value[rows] = weights[rows] @ tables.null[t - 1]
-        position = np.clip(features, 0.0, 1.0) * (len(tables.features) - 1)
-        low = np.minimum(position.astype(np.int64), len(tables.features) - 2)
-        frac = position - low
-        left = np.take_along_axis(on_grid, low, axis=1)
-        right = np.take_along_axis(on_grid, low + 1, axis=1)
-        return left + frac * (right - left), null_value
+        return qmdp_values(self.tables, self.decision_weights(), budget, features)
 
     # -- saving ---------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -491,14 +580,162 @@ class BeliefPlanner(_ValueGreedyPolicy):
         self.belief, self.steps, self.shown = belief, steps, shown
 
 
+class JointBeliefPlanner(_PosteriorSummaries):
+    """The belief planner of a multi-platform env: one centralised filter over every platform's
+    observations and slates, and QMDP at every visit (see the module text, "Several platforms").
+
+    Knows the model (``oracle = True``, like the joint planner) but never reads the hidden state:
+    :meth:`act_joint` ignores its ``oracle`` argument. Episodes are synchronised and of fixed
+    length, so it counts joint steps itself and starts every user afresh (prior belief) when the
+    count wraps at the episode length or the batch size changes.
+    """
+
+    Config = BeliefPlannerConfig
+    #: It knows the model's parameters; it never reads the users' hidden state.
+    oracle = True
+
+    def __init__(
+        self,
+        params: ChocKaleParams,
+        platforms: list[str],
+        feedback: Mapping[str, bool],
+        *,
+        episode_length: int | None = None,
+        config: BeliefPlannerConfig | None = None,
+        planner_config: PlannerConfig = DEFAULT_PLANNER_CONFIG,
+    ) -> None:
+        """``platforms`` in visit order; ``feedback[platform]``: whether it observes responses;
+        ``episode_length``: joint steps per episode (default: the budget's share per platform)."""
+        self.params, self.model = params, ChocKaleModel(params)
+        self.platforms = list(platforms)
+        self.feedback = {platform: bool(feedback[platform]) for platform in self.platforms}
+        self.episode_length = episode_length or params.time_budget // len(self.platforms)
+        if self.episode_length < 1:
+            raise ValueError(f"episode_length must be >= 1, got {self.episode_length}")
+        self.config = config if config is not None else BeliefPlannerConfig()
+        self.planner_config = planner_config
+        self.filter = BeliefFilter(params, self.config.exposure_points)
+        self.belief = np.zeros((0, *self.filter.prior.shape))  # per user: over (type, cell)
+        self.shown = {p: np.zeros((0, params.slate_size)) for p in self.platforms}
+        self.joint_step = 0  # joint steps acted, counted over episodes of fixed length
+
+    @classmethod
+    def for_env(cls, env: Any, *, config: BeliefPlannerConfig | None = None) -> JointBeliefPlanner:
+        """Build for a multi-platform env (batched, or the PettingZoo view of one user): its
+        parameters, platforms in visit order, which have feedback, and the episode length."""
+        from fedrec.agents.multi_platform import episode_length_of
+
+        batch = getattr(env, "batch", env)
+        return cls(
+            env_params(batch),
+            list(batch.possible_agents),
+            batch.feedback,
+            episode_length=episode_length_of(batch),
+            config=config,
+        )
+
+    @functools.cached_property
+    def tables(self) -> QmdpTables:
+        """The per-type planner values (built on first use: the filter alone does not need them,
+        and solving the planner's tables for the shared budget takes several seconds)."""
+        c = self.config
+        return qmdp_tables(self.params, c.exposure_points, c.feature_points, self.planner_config)
+
+    def begin_episodes(self, users: int) -> None:
+        """Every one of ``users`` users starts an episode: prior belief, joint step 0."""
+        self.belief = np.repeat(self.filter.prior[None], users, axis=0)
+        self.shown = {p: np.zeros((users, self.params.slate_size)) for p in self.platforms}
+        self.joint_step = 0
+
+    # -- the filter -----------------------------------------------------------------------------
+    def fold(
+        self,
+        belief: np.ndarray,
+        observations: Mapping[str, Observation],
+        shown: Mapping[str, np.ndarray] | None,
+    ) -> np.ndarray:
+        """The posterior after one joint observation, in the env's order of events.
+
+        ``shown``: each platform's features of the slates of the previous joint step (None at an
+        episode's first observation). Each visit of that step, in platform order: a platform with
+        feedback folds in its newest response (engagement likelihood at the satisfaction before
+        the visit, then the consumed item's transition), one without moves the belief by the
+        choice mixture over its slate. Then every platform's reading ``user``: all are taken
+        after the whole joint step (at the start: of e_0), each with its own noise.
+        """
+        if shown is not None:
+            for platform in self.platforms:
+                if self.feedback[platform]:
+                    observed = observations[platform]
+                    belief = self.filter.observe_response(
+                        belief,
+                        np.asarray(observed["response_click"])[:, -1],
+                        np.asarray(observed["response_engagement"])[:, -1],
+                        shown[platform],
+                    )
+                else:
+                    belief = self.filter.choice_mixture(belief, shown[platform])
+        if self.params.observes_satisfaction:
+            loglik = sum(
+                self.filter.reading_loglik(np.asarray(observations[p]["user"], np.float64)[:, 0])
+                for p in self.platforms
+            )
+            belief = self.filter.condition(belief, loglik)
+        return belief
+
+    # -- acting ---------------------------------------------------------------------------------
+    def act_joint(
+        self, observations: Mapping[str, Observation], oracle: Any = None
+    ) -> dict[str, np.ndarray]:
+        """Fold in this joint observation, then every platform's QMDP slate.
+
+        All platforms act now, before any of this step's visits; platform k plans on the belief
+        predicted through the slates of platforms 0..k-1 (their choice mixtures) with the budget
+        T - (visits so far), as the joint planner plans on the expected exposure.
+        """
+        del oracle  # never read: the filter infers what the joint planner is told
+        users = len(observations[self.platforms[0]]["candidates"])
+        step = self.joint_step % self.episode_length
+        if step == 0 or users != len(self.belief):
+            self.begin_episodes(users)
+            step = 0
+        self.belief = self.fold(self.belief, observations, self.shown if step else None)
+        predicted, slates = self.belief, {}
+        visits = step * len(self.platforms)
+        for k, platform in enumerate(self.platforms):
+            if k:
+                predicted = self.filter.choice_mixture(predicted, self.shown[self.platforms[k - 1]])
+            features = np.asarray(observations[platform]["candidates"], dtype=np.float64)[..., 0]
+            budget = np.clip(self.params.time_budget - (visits + k), 1, self.params.time_budget)
+            weights = decision_weights(predicted, map_type=self.config.map_type)
+            values, null_value = qmdp_values(self.tables, weights, np.full(users, budget), features)
+            slates[platform] = self._choose(features, values, null_value)
+            self.shown[platform] = np.take_along_axis(features, slates[platform], axis=1)
+        self.joint_step = step + 1
+        return slates
+
+    def _choose(
+        self, features: np.ndarray, values: np.ndarray, null_value: np.ndarray
+    ) -> np.ndarray:
+        """The slate of largest choice-weighted value (the planner's assortment optimisation)."""
+        size = self.params.slate_size
+        if self.params.choice_model == "first_slot":
+            return np.argsort(-values, axis=1, kind="stable")[:, :size].astype(np.int64)
+        weights, null_weight = self.model.choice_weights(features)
+        return optimal_slates(weights, values, size, null_weight=null_weight, null_value=null_value)
+
+
 __all__ = [
     "DEFAULT_BELIEF_CONFIG",
     "BeliefFilter",
     "BeliefPlanner",
     "BeliefPlannerConfig",
+    "JointBeliefPlanner",
     "QmdpTables",
+    "decision_weights",
     "exposure_grid",
     "initial_belief",
     "qmdp_tables",
+    "qmdp_values",
     "sensitivities_of",
 ]

@@ -51,6 +51,7 @@ call is one step).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -105,6 +106,24 @@ class FedCEMConfig(RuleSearchConfig):
     delta: float = dataclasses.field(
         default=1e-5, metadata={"help": "dp: the delta at which epsilon is reported"}
     )
+    satisfaction_edges: tuple[float, ...] = dataclasses.field(
+        default=(),
+        metadata={
+            "help": "closed loop: edges of the satisfaction levels with their own weights; each "
+            "platform reads the level of the user from its OWN noisy satisfaction readings (the "
+            "mean of the last satisfaction_window); empty: the rule reads no observation"
+        },
+    )
+    satisfaction_window: int = dataclasses.field(
+        default=15, metadata={"help": "closed loop: readings averaged into the level"}
+    )
+    episodes_per_rule: int = dataclasses.field(
+        default=1,
+        metadata={
+            "help": "user-episodes each drawn rule is played on (the elite is chosen by its mean "
+            "return): users of different hidden types score very differently, whatever the rule"
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -118,6 +137,20 @@ class FedCEMConfig(RuleSearchConfig):
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
         if isinstance(self.delta, bool) or not 0 < self.delta < 1:
             raise ValueError(f"delta must be in (0, 1), got {self.delta!r}")
+        edges = tuple(float(e) for e in self.satisfaction_edges)
+        if any(b <= a for a, b in itertools.pairwise(edges)):
+            raise ValueError(f"satisfaction_edges must be increasing, got {edges}")
+        object.__setattr__(self, "satisfaction_edges", edges)
+        for name in ("satisfaction_window", "episodes_per_rule"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        rules = self.population // self.episodes_per_rule
+        if self.elite_fraction * rules < 2:
+            raise ValueError(
+                f"a population of {self.population} user-episodes at {self.episodes_per_rule} "
+                f"per rule is {rules} rules: elite_fraction {self.elite_fraction} keeps < 2"
+            )
         if self.protection != "dp":
             defaults = {f.name: f.default for f in dataclasses.fields(FedCEMConfig)}
             changed = [
@@ -130,6 +163,11 @@ class FedCEMConfig(RuleSearchConfig):
                     f"{', '.join(changed)} apply only to protection='dp', not "
                     f"protection={self.protection!r}"
                 )
+
+    @property
+    def contexts(self) -> int:
+        """Satisfaction levels with their own weights (1: the rule reads no observation)."""
+        return len(self.satisfaction_edges) + 1
 
     @property
     def sensitivity(self) -> float:
@@ -171,9 +209,41 @@ class SearchingPlatform:
         self.draws = np.zeros((0, size))  # this episode's theta, one row per user
         self.returns = np.zeros(0)  # this episode's running returns, one per user
         self.population: list[tuple[np.ndarray, np.ndarray]] = []  # (thetas, returns) per batch
+        # closed loop: this episode's last satisfaction readings per user, newest last (NaN: none)
+        self.readings = np.zeros((0, config.satisfaction_window))
 
-    def slates(self, candidates: np.ndarray, fraction: float, *, explore: bool) -> np.ndarray:
-        phi = basis(candidates[..., 0], fraction, self.config.time_bins)
+    def context(self, reading: np.ndarray | None, *, first: bool) -> np.ndarray | None:
+        """Each user's satisfaction level from this platform's own readings (None: open loop).
+        ``first``: a new episode starts (the last one's readings are forgotten)."""
+        if self.config.contexts == 1:
+            return None
+        if reading is None:
+            raise ValueError(
+                f"{self.name}: the closed-loop rule reads the observed satisfaction ('user'); "
+                "use an env with satisfaction_noise_stddev set"
+            )
+        seen = np.asarray(reading, dtype=np.float64).reshape(len(reading), -1)[:, 0]
+        if first or len(self.readings) != len(seen):
+            self.readings = np.full((len(seen), self.config.satisfaction_window), np.nan)
+        self.readings = np.concatenate([self.readings[:, 1:], seen[:, None]], axis=1)
+        level = np.nanmean(self.readings, axis=1)
+        return np.searchsorted(self.config.satisfaction_edges, level, side="right")
+
+    def slates(
+        self,
+        candidates: np.ndarray,
+        fraction: float,
+        *,
+        explore: bool,
+        context: np.ndarray | None = None,
+    ) -> np.ndarray:
+        phi = basis(
+            candidates[..., 0],
+            fraction,
+            self.config.time_bins,
+            context=context,
+            contexts=self.config.contexts,
+        )
         if not explore:
             return top_slates(phi @ self.mean, self.slate_size)
         if len(self.draws) != len(candidates):
@@ -205,6 +275,9 @@ class SearchingPlatform:
         thetas = np.concatenate([t for t, _ in self.population])
         returns = np.concatenate([r for _, r in self.population])
         self.population = []
+        if self.config.episodes_per_rule > 1:  # a rule's score: the mean over its user-episodes
+            thetas, which = np.unique(thetas, axis=0, return_inverse=True)
+            returns = np.bincount(which, returns) / np.bincount(which)
         if self.config.protection != "none":
             self.statistics = self.elite_statistics(thetas, returns)
             return True
@@ -263,6 +336,7 @@ class SearchingPlatform:
             "population_thetas": [t.copy() for t, _ in self.population],
             "population_returns": [r.copy() for _, r in self.population],
             "noise_rng": self.noise_rng.bit_generator.state,
+            "readings": self.readings.copy(),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -278,6 +352,11 @@ class SearchingPlatform:
         ]
         if "noise_rng" in state:  # absent from checkpoints made before protection existed
             self.noise_rng.bit_generator.state = state["noise_rng"]
+        if "readings" in state:  # absent from checkpoints made before the closed-loop rule
+            readings = np.asarray(state["readings"], float)
+            if readings.ndim != 2 or readings.shape[1] != self.config.satisfaction_window:
+                raise ValueError(f"{self.name}: saved readings have shape {readings.shape}")
+            self.readings = readings.copy()
 
 
 class SearchServer:
@@ -303,8 +382,11 @@ class SearchServer:
         for receiver in self.receivers:
             self.channel.send(MessageKind.MODEL_PARAMETERS, SERVER, receiver, vector)
 
-    def broadcast_draws(self, users: int) -> None:
-        draws = self.mean + self.std * self.rng.standard_normal((users, len(self.mean)))
+    def broadcast_draws(self, users: int, per_rule: int = 1) -> None:
+        """One rule per ``per_rule`` users (consecutive users share a rule), to every platform."""
+        rules = -(-users // per_rule)
+        draws = self.mean + self.std * self.rng.standard_normal((rules, len(self.mean)))
+        draws = np.repeat(draws, per_rule, axis=0)[:users]
         vector = draws.reshape(-1).astype(np.float32)
         for receiver in self.receivers:
             self.channel.send(MessageKind.MODEL_PARAMETERS, SERVER, receiver, vector)
@@ -446,16 +528,20 @@ class FedCEMAgent(MultiPlatformAgent):
             platform.receive_rule()
 
     def _slates(self, observations: Observations, *, explore: bool) -> Slates:
-        fraction = self.t / self.episode_length
-        if explore and self.t == 0:  # a training episode starts: one rule per user, everywhere
+        fraction, first = self.t / self.episode_length, self.t == 0
+        if explore and first:  # a training episode starts: one rule per user, everywhere
             users = len(observations[self.names[0]]["candidates"])
-            self.server.broadcast_draws(users)
+            self.server.broadcast_draws(users, self.config.episodes_per_rule)
             for platform in self.platforms.values():
                 platform.receive_draws(users)
         self.t = (self.t + 1) % self.episode_length
         return {
             name: platform.slates(
-                np.asarray(observations[name]["candidates"]), fraction, explore=explore
+                np.asarray(observations[name]["candidates"]),
+                fraction,
+                explore=explore,
+                # closed loop: the platform's own readings of the user (never another's)
+                context=platform.context(observations[name].get("user"), first=first),
             )
             for name, platform in self.platforms.items()
         }

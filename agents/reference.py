@@ -194,13 +194,18 @@ class JointReferencePolicy:
         """Slates for every platform from batched observations and ``env.oracle_state()``."""
         exposure = np.atleast_1d(np.asarray(oracle["user_exposure"], dtype=np.float64)).copy()
         budget = np.atleast_1d(np.asarray(oracle["budget_left"])).copy()
+        sensitivity = oracle.get("user_sensitivity")  # hidden user types: each user's tau
+        if sensitivity is not None:
+            sensitivity = np.atleast_1d(np.asarray(sensitivity, dtype=np.float64))
         slates: dict[str, np.ndarray] = {}
         for agent in self.agents:
             info = {
                 "user_exposure": exposure,
-                "user_satisfaction": self.model.satisfaction(exposure),
+                "user_satisfaction": self.model.satisfaction(exposure, sensitivity),
                 "budget_left": budget,
             }
+            if sensitivity is not None:
+                info["user_sensitivity"] = sensitivity
             slate = self.policy.act_batch(observations[agent], infos=info)
             slates[agent] = slate
             exposure = self._expected_next_exposure(exposure, _features(observations[agent]), slate)

@@ -121,6 +121,18 @@ MULTI_PLATFORM_AGENTS: dict[str, AgentSpec] = {
         "1,024 user-episodes per update: the rule the others see is differentially private in "
         "each user's return (docs/fedcem.md)",
     ),
+    "fedcem_adaptive": AgentSpec(
+        "fedrec.agents.fedcem:FedCEMAgent",
+        {
+            "satisfaction_edges": (0.45, 0.55),
+            "satisfaction_window": 15,
+            "episodes_per_rule": 8,
+            "population": 1024,
+        },
+        "closed-loop FedCEM for hidden user types: the shared rule also reads the user's "
+        "satisfaction level, which every platform (B included) takes from its own noisy "
+        "readings; each drawn rule is played on 8 user-episodes",
+    ),
     "per_platform_adaptive": AgentSpec(
         _PER_PLATFORM,
         {"agent": "rule_search_adaptive", "silent": "bottom_x"},

@@ -98,11 +98,6 @@ class ChocKaleMultiPlatformBatchEnv:
         self.params: ChocKaleParams = make_params(
             {**FEDSLATE_KWARGS, **kwargs, "time_budget": time_budget}
         )
-        if self.params.heterogeneous:  # the joint planner plans for one tau
-            raise ValueError(
-                "user_sensitivities (hidden user types) is single-platform only "
-                "(fedrec/ChocKaleUserTypes-v0); the multi-platform env has one sensitivity"
-            )
         self.num_users = num_users
         self.num_platforms = num_platforms
         self.possible_agents = platform_names(num_platforms)
@@ -343,12 +338,17 @@ class ChocKaleMultiPlatformEnv(ParallelEnv):
     ## Info
     Per platform: ``feedback`` (whether it observes responses) and, for a platform with
     feedback, ``clicked_slot``. The user's **hidden** state (``user_exposure``,
-    ``user_satisfaction``, ``budget_left``; ``metadata["hidden_info_keys"]``) is never in the
+    ``user_satisfaction``, ``budget_left``, ``user_sensitivity`` with hidden user types;
+    ``metadata["hidden_info_keys"]``) is never in the
     infos: it is read through ``env.oracle_state()``, which the evaluation rollouts call for
     oracles (the joint planner, myopic) only.
 
     ## Starting State
     As the single env; all randomness comes from the generator seeded by ``reset(seed=...)``.
+    With ``user_sensitivities`` (hidden user types, ``fedrec/ChocKaleMultiPlatformUserTypes-v0``:
+    tau 0 or 0.1) each user's tau is drawn at every reset and is the same on every platform; it
+    is hidden (``user_sensitivity`` in ``oracle_state()`` only), and every platform, with
+    feedback or not, sees its own noisy satisfaction reading of the user.
 
     ## Episode End
     Terminates when the shared budget (default ``61 * K``: 61 visits per platform, the FedSlate

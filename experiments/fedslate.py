@@ -3,7 +3,9 @@ platform.
 
 For a setting (the paper's (N, n) = 10x3, 100x10, 500x10; ``sparse``: the sparse team reward;
 ``5platforms``: five platforms, all with feedback and with two without; ``longterm``: 100x10 with
-the long-term dynamics of ``fedrec/ChocKaleLongTerm-v0``, where planning matters) it trains every
+the long-term dynamics of ``fedrec/ChocKaleLongTerm-v0``, where planning matters; ``user-types``:
+``fedrec/ChocKaleMultiPlatformUserTypes-v0``, hidden user types, where no open-loop plan fits
+every user) it trains every
 method for ``--seeds`` seeds with :func:`fedrec.train.multi_platform.train_multi_platform`, saves
 the run directories under ``--out``, prints each run's wall time, then prints the per-platform
 table of ``fedrec eval`` (ETROR, optimal reward, plateau, final greedy evaluation, planner,
@@ -36,6 +38,7 @@ class Setting:
     methods: tuple[str, ...]
     scenario: str = "basic"
     paper: str = "auto"
+    env_id: str = "fedrec/ChocKaleMultiPlatform-v0"
 
 
 _BASIC = ("slateq", "fedslate", "fedslate_exp", "fedq", "fedcem", "random")
@@ -83,6 +86,12 @@ SETTINGS: dict[str, Setting] = {
         },
         ("slateq", "fedslate", "fedq", "fedcem", "random"),
         paper="none",
+    ),
+    "user-types": Setting(
+        {"": {}},
+        ("fedcem", "fedcem_adaptive", "per_platform", "random"),
+        paper="none",
+        env_id="fedrec/ChocKaleMultiPlatformUserTypes-v0",
     ),
     "ablation": Setting(
         {"": {"num_candidates": 100, "slate_size": 10}}, ("fedslate", "fedslate_linear")
@@ -143,6 +152,7 @@ def run_dirs(
                 # FedSlate-family methods; a user's method keeps its own Config.
                 extra = dict(agent_kwargs or {}) if "method" in _presets(method) else {}
                 config = MultiPlatformTrainConfig(
+                    env_id=spec.env_id,
                     method=method,
                     episodes=episodes,
                     num_users=num_users,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 import gymnasium as gym
 from rich.console import Console
@@ -55,6 +56,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+def _joint(name: str, policy: Any, env: Any) -> Any:
+    """A reference policy on every platform of a multi-platform env."""
+    if name == "belief_planner":  # its filter needs every platform's observations at once
+        from fedrec.agents.belief_planner import JointBeliefPlanner
+
+        return JointBeliefPlanner.for_env(env)
+    return JointReferencePolicy(policy, env.params, env.possible_agents)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.fedslate and args.fedslate_episodes < 1:
         raise SystemExit("--fedslate-episodes must be >= 1")
@@ -90,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
                 env = ChocKaleMultiPlatformBatchEnv(num_users=1, **entry.kwargs)
                 for name, policy in reference_policies(env.params, seed=args.seed).items():
                     progress.update(task, description=f"{entry.id}: {name}")
-                    joint = JointReferencePolicy(policy, env.params, env.possible_agents)
+                    joint = _joint(name, policy, env)
                     per_platform = evaluate_joint_policy(
                         joint,
                         episodes=args.episodes,

@@ -24,6 +24,17 @@ LONG_TERM_KWARGS: dict[str, Any] = {**FEDSLATE_KWARGS, "sensitivity": 0.05}
 USER_TYPES_KWARGS: dict[str, Any] = {**LONG_TERM_KWARGS, "user_sensitivities": (0.0, 0.1)}
 
 
+#: Parameters of ``fedrec/ChocKaleMultiPlatformUserTypes-v0``: the two-platform env (A with
+#: feedback, B without) with ``fedrec/ChocKaleUserTypes-v0``'s hidden user types. A schedule of
+#: fixed rules decided in advance (the best open-loop rule) cannot serve both types their plan;
+#: every platform observes its own noisy satisfaction reading of the shared user, so a platform
+#: without feedback can still tell the types apart, if it knows what to do with the reading.
+MULTI_PLATFORM_USER_TYPES_KWARGS: dict[str, Any] = {
+    "sensitivity": USER_TYPES_KWARGS["user_sensitivities"][1],
+    "user_sensitivities": USER_TYPES_KWARGS["user_sensitivities"],
+}
+
+
 _CHOC_KALE = "fedrec.envs.choc_kale:ChocKaleEnv"
 _CHOC_KALE_VECTOR = "fedrec.envs.choc_kale_vector:ChocKaleVectorEnv"
 
@@ -66,6 +77,15 @@ CHOC_KALE_ENVIRONMENTS: tuple[EnvEntry, ...] = (
         entry_point="fedrec.envs.multi_platform:ChocKaleMultiPlatformEnv",
         vector_entry_point="fedrec.envs.multi_platform:ChocKaleMultiPlatformBatchEnv",
         description="One user, K platforms (A with feedback, B without), shared state and budget.",
+    ),
+    EnvEntry(
+        id="fedrec/ChocKaleMultiPlatformUserTypes-v0",
+        api="pettingzoo",
+        entry_point="fedrec.envs.multi_platform:ChocKaleMultiPlatformEnv",
+        vector_entry_point="fedrec.envs.multi_platform:ChocKaleMultiPlatformBatchEnv",
+        kwargs=MULTI_PLATFORM_USER_TYPES_KWARGS,
+        description="The two-platform env with hidden user types (tau 0 or 0.1): no open-loop "
+        "plan fits both.",
     ),
 )
 

@@ -36,6 +36,7 @@ from fedrec.envs.state import env_state
 from fedrec.registration import ENVIRONMENTS
 
 MULTI_PLATFORM = "fedrec/ChocKaleMultiPlatform-v0"
+MULTI_PLATFORM_USER_TYPES = "fedrec/ChocKaleMultiPlatformUserTypes-v0"
 TAOBAO = "fedrec/TaobaoAds-v0"
 NUM_ENVS = 3
 #: ints that do not fit the candidate range, int64 or any integer dtype at all
@@ -470,9 +471,10 @@ def _run_multi(data: st.DataObject, env: Any, twin: Any, spec: _Spec) -> None:
     _assert_same(_state(env), _state(twin), "state (env vs twin)")
 
 
-def test_pettingzoo_env_validates_before_it_changes() -> None:
+@pytest.mark.parametrize("env_id", [MULTI_PLATFORM, MULTI_PLATFORM_USER_TYPES])
+def test_pettingzoo_env_validates_before_it_changes(env_id: str) -> None:
     def make() -> Any:
-        return pettingzoo.make("parallel", MULTI_PLATFORM, num_platforms=3, time_budget=7)
+        return pettingzoo.make("parallel", env_id, num_platforms=3, time_budget=7)
 
     env, twin = make(), make()
     spec = _Spec(env.action_space(env.possible_agents[0]), None)
@@ -501,5 +503,5 @@ def test_batched_multi_platform_env_validates_before_it_changes() -> None:
 
 
 def test_every_registered_id_is_fuzzed() -> None:
-    fuzzed = {env_id for env_id, _ in GYM_CASES} | {MULTI_PLATFORM}
+    fuzzed = {env_id for env_id, _ in GYM_CASES} | {MULTI_PLATFORM, MULTI_PLATFORM_USER_TYPES}
     assert fuzzed == set(fedrec.environment_ids())

@@ -146,3 +146,69 @@ def test_state_round_trips_through_plain_data_and_continues_identically() -> Non
         agent.platforms["platform_b"].mean, agent2.platforms["platform_b"].mean
     )
     assert agent.updates == agent2.updates == 2
+
+
+# --------------------------------------------------------------------------- closed loop
+
+
+def _types_env(users: int) -> ChocKaleMultiPlatformBatchEnv:
+    from fedrec.registration import MULTI_PLATFORM_USER_TYPES_KWARGS
+
+    return ChocKaleMultiPlatformBatchEnv(users, **MULTI_PLATFORM_USER_TYPES_KWARGS)
+
+
+def test_the_closed_loop_rule_reads_each_platforms_own_readings_only() -> None:
+    env = _types_env(4)
+    agent = build_multi_platform_agent("fedcem_adaptive", env, seed=0, population=64)
+    assert agent.config.contexts == 3 and agent.config.size == 2 * 10 * 3
+    observations, _ = env.reset(seed=0)
+    # B's level comes from B's readings: move them and only B's context changes
+    b_high = {**observations["platform_b"], "user": np.full((4, 1), 0.9, np.float32)}
+    a_low = {**observations["platform_a"], "user": np.full((4, 1), 0.1, np.float32)}
+    agent.act({"platform_a": a_low, "platform_b": b_high})
+    levels = {
+        name: np.nanmean(platform.readings, axis=1) for name, platform in agent.platforms.items()
+    }
+    np.testing.assert_allclose(levels["platform_a"], 0.1, rtol=1e-6)
+    np.testing.assert_allclose(levels["platform_b"], 0.9, rtol=1e-6)
+    assert (agent.platforms["platform_b"].context(np.full((4, 1), 0.9), first=False) == 2).all()
+    with pytest.raises(ValueError, match="observed satisfaction"):
+        agent.platforms["platform_b"].context(None, first=True)
+
+
+def test_each_drawn_rule_is_played_on_several_users_and_scored_by_their_mean() -> None:
+    env = _types_env(16)
+    agent = build_multi_platform_agent(
+        "fedcem_adaptive", env, seed=0, population=64, episodes_per_rule=8
+    )
+    observations, _ = env.reset(seed=0)
+    agent.explore(observations)
+    draws = agent.platforms["platform_a"].draws
+    assert len(np.unique(draws, axis=0)) == 2  # 16 users, 8 per rule
+    np.testing.assert_array_equal(draws, agent.platforms["platform_b"].draws)
+    with pytest.raises(ValueError, match="rules: elite_fraction"):
+        FedCEMConfig(population=16, episodes_per_rule=8)
+
+
+def test_closed_loop_state_round_trips_and_continues_identically() -> None:
+    def fresh():
+        env = _types_env(8)
+        return env, build_multi_platform_agent(
+            "fedcem_adaptive", env, seed=3, population=32, episodes_per_rule=4
+        )
+
+    env, agent = fresh()
+    _play(agent, env, 3)
+    state = from_plain(to_plain(agent.state_dict()))
+    env_state = env.state_dict()
+    env2, agent2 = fresh()
+    agent2.load_state_dict(state)
+    env2.load_state_dict(env_state)
+    for e, ag in ((env, agent), (env2, agent2)):
+        _play(ag, e, 2, seed=None)
+    for name in ("platform_a", "platform_b"):
+        np.testing.assert_array_equal(agent.platforms[name].mean, agent2.platforms[name].mean)
+        np.testing.assert_array_equal(
+            agent.platforms[name].readings, agent2.platforms[name].readings
+        )
+    assert agent.updates == agent2.updates >= 1

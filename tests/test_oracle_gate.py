@@ -42,6 +42,7 @@ from fedrec.train.multi_platform import MultiPlatformTrainConfig, train_multi_pl
 
 USER_TYPES = "fedrec/ChocKaleUserTypes-v0"  # every hidden key, the user's sensitivity included
 MULTI = "fedrec/ChocKaleMultiPlatform-v0"
+MULTI_IDS = [e.id for e in CHOC_KALE_ENVIRONMENTS if e.api == "pettingzoo"]
 TAOBAO = "fedrec/TaobaoAds-v0"
 #: Short episodes, so that several end (and a vector env reports ``final_info``) in a few steps.
 TINY = {"num_candidates": 10, "slate_size": 3, "time_budget": 8}
@@ -58,7 +59,7 @@ SLATE_CASES = [case for case in CASES if case[0] != TAOBAO]  # SB3's adapters ma
 
 def declared(env_id: str, mode: str | None) -> frozenset[str]:
     """What each env must declare hidden (pinned; the spies look for all of these everywhere)."""
-    if env_id in CHOC_IDS or env_id == MULTI:
+    if env_id in CHOC_IDS or env_id in MULTI_IDS:
         return CHOC_KALE_HIDDEN
     if env_id == TAOBAO:
         return frozenset()
@@ -89,7 +90,7 @@ def _assert_clean(record_name: str) -> None:
 
 
 def test_every_registered_env_is_covered() -> None:
-    assert {env_id for env_id, _ in CASES} | {MULTI} == set(environment_ids())
+    assert {env_id for env_id, _ in CASES} | set(MULTI_IDS) == set(environment_ids())
 
 
 @pytest.mark.parametrize(("env_id", "mode"), CASES)
@@ -262,11 +263,14 @@ class JointSpy(PerPlatformAgent):
         return super().act_joint(observations, oracle)
 
 
-def test_the_multi_platform_loop_and_per_platform_hand_no_hidden_state(tmp_path: Path) -> None:
+@pytest.mark.parametrize("env_id", MULTI_IDS)
+def test_the_multi_platform_loop_and_per_platform_hand_no_hidden_state(
+    env_id: str, tmp_path: Path
+) -> None:
     reset_records()
     JointSpy.handed = []
     config = MultiPlatformTrainConfig(
-        method="per_platform", episodes=4, num_users=2, seed=0,
+        method="per_platform", env_id=env_id, episodes=4, num_users=2, seed=0,
         env_kwargs={**TINY, "time_budget": 16}, eval_episodes=2, planner=True,
         checkpoint_every=0, progress=False,
     )  # fmt: skip

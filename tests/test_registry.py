@@ -31,7 +31,10 @@ def test_every_entry_is_registered() -> None:
         "fedrec/ChocKaleSlate-v0",
         "fedrec/ChocKaleLongTerm-v0",
     }
-    assert PZ_IDS == ["fedrec/ChocKaleMultiPlatform-v0"]
+    assert PZ_IDS == [
+        "fedrec/ChocKaleMultiPlatform-v0",
+        "fedrec/ChocKaleMultiPlatformUserTypes-v0",
+    ]
 
 
 def test_reimport_does_not_warn() -> None:

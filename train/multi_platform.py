@@ -82,6 +82,13 @@ class MultiPlatformTrainConfig:
     env_id: str = ENV_ID
     """registered multi-platform env id"""
 
+    @property
+    def full_env_kwargs(self) -> dict[str, Any]:
+        """The env's keyword arguments: the registered id's own, then ``env_kwargs`` over them."""
+        from fedrec.registration import entry_of
+
+        return {**entry_of(self.env_id).kwargs, **dict(self.env_kwargs)}
+
     def __post_init__(self) -> None:
         if not isinstance(self.method, str) or not self.method:
             raise ValueError(f"method must be a method name or module:Class, got {self.method!r}")
@@ -109,7 +116,7 @@ def make_env(config: MultiPlatformTrainConfig, num_users: int | None = None) -> 
 
     build = batched_entry_point(config.env_id)
     with env_kwargs_errors(config.env_id, config.env_kwargs):
-        return build(num_users or config.num_users, **dict(config.env_kwargs))
+        return build(num_users or config.num_users, **config.full_env_kwargs)
 
 
 def build_agent(config: MultiPlatformTrainConfig, env: Any) -> MultiPlatformAgent:
@@ -290,6 +297,10 @@ def final_evaluation(agent: Any, *, config: MultiPlatformTrainConfig) -> dict[st
         # the best schedule of fixed rules over the visits (no feedback, no learning)
         "best_open_loop": JointOpenLoopPolicy.for_env(probe),
     }
+    if config.planner and probe.params.heterogeneous:  # knows the model, infers the user
+        from fedrec.agents.belief_planner import JointBeliefPlanner
+
+        policies["belief_planner"] = JointBeliefPlanner.for_env(probe)
     if config.planner:
         planner = OptimalPlanner(probe.params, seed=seed)
         policies["planner"] = JointReferencePolicy(planner, probe.params, probe.possible_agents)
@@ -306,7 +317,7 @@ def final_evaluation(agent: Any, *, config: MultiPlatformTrainConfig) -> dict[st
             episodes=config.eval_episodes,
             num_envs=min(config.eval_episodes, 500),
             seed=seed,
-            env_kwargs=config.env_kwargs,
+            env_kwargs=config.full_env_kwargs,
         )
         results[name] = {platform: _summary(summary) for platform, summary in summaries.items()}
         if record:
@@ -325,7 +336,7 @@ def final_evaluation(agent: Any, *, config: MultiPlatformTrainConfig) -> dict[st
                         episodes=config.eval_episodes,
                         num_envs=min(config.eval_episodes, 500),
                         seed=seed,
-                        env_kwargs=config.env_kwargs,
+                        env_kwargs=config.full_env_kwargs,
                     )[platform]
                 )
                 for platform in probe.possible_agents

@@ -33,13 +33,17 @@ def _reference_returns(
     final evaluation's format."""
     import gymnasium as gym
 
+    from fedrec.agents.belief_planner import JointBeliefPlanner
     from fedrec.agents.multi_platform import HeuristicConfig, HeuristicMultiPolicy
     from fedrec.agents.open_loop import JointOpenLoopPolicy
     from fedrec.agents.reference import env_params, reference_policies
     from fedrec.eval.rollout import evaluate_joint_policy, evaluate_policy
-    from fedrec.registration import batched_entry_point, is_multi_platform
+    from fedrec.registration import batched_entry_point, entry_of, is_multi_platform
 
-    env_id, env_kwargs = config["env_id"], dict(config.get("env_kwargs") or {})
+    env_id = config["env_id"]
+    env_kwargs = dict(config.get("env_kwargs") or {})
+    if is_multi_platform(env_id):  # the batched class takes the id's registered kwargs too
+        env_kwargs = {**entry_of(env_id).kwargs, **env_kwargs}
     num_envs = min(episodes, 500)
     results: dict[str, Any] = {}
     if is_multi_platform(env_id):
@@ -47,10 +51,13 @@ def _reference_returns(
         parties = {"platforms": probe.possible_agents, "feedback": probe.feedback}
         joint = {
             "best_open_loop": lambda: JointOpenLoopPolicy.for_env(probe),
+            "belief_planner": lambda: JointBeliefPlanner.for_env(probe),
             "bottom_x": lambda: HeuristicMultiPolicy(
                 **parties, params=probe.params, config=HeuristicConfig("bottom_x"), seed=seed
             ),
         }
+        if not probe.params.heterogeneous:  # the belief planner is the planner there
+            joint.pop("belief_planner")
         for name in sorted(names & set(joint)):
             summaries = evaluate_joint_policy(
                 joint[name](),

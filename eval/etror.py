@@ -73,6 +73,7 @@ PAIRED = (
     "gain_over_top_x",
     "gain_over_bottom_x",
     "gain_over_best_open_loop",
+    "gain_over_belief_planner",
     "alone_over_top_x",
 )
 #: The fractions of ``final_eval.json``'s ``diagnostics`` entry, per platform.
@@ -286,6 +287,8 @@ class FinalEval:
     #: agent - best_open_loop (the best schedule of fixed rules, a function of the step only),
     #: paired likewise: did it learn anything that no feedback-free policy does?
     gain_over_best_open_loop: Estimate | None = None
+    #: agent - belief_planner (hidden user types: the model known, the user inferred), paired
+    gain_over_belief_planner: Estimate | None = None
     #: multi-platform: agent_alone - top_x_alone, paired, each platform with every other platform
     #: serving random slates: one platform compared across methods with the others held fixed
     alone_over_top_x: Estimate | None = None
@@ -407,6 +410,7 @@ class RunLog:
             gain_over_top_x=over("top_x"),
             gain_over_bottom_x=over("bottom_x"),
             gain_over_best_open_loop=over("best_open_loop"),
+            gain_over_belief_planner=over("belief_planner"),
             alone_over_top_x=alone,
         )
 
@@ -648,6 +652,8 @@ class SeriesSummary:
     gain_over_bottom_x: Estimate | None = None
     #: final greedy eval - best_open_loop (the best schedule of fixed rules), paired likewise
     gain_over_best_open_loop: Estimate | None = None
+    #: final greedy eval - belief_planner (hidden user types), paired likewise
+    gain_over_belief_planner: Estimate | None = None
     #: multi-platform: the platform alone (others random) - top_x alone, paired likewise
     alone_over_top_x: Estimate | None = None
     #: every episode return and final-evaluation value of the series lies in [0, 1]: a rate such
@@ -678,6 +684,11 @@ class SeriesSummary:
     @property
     def best_open_loop(self) -> Estimate | None:
         return self.references.get("best_open_loop")
+
+    @property
+    def belief_planner(self) -> Estimate | None:
+        """Knows the model, infers the user (hidden user types only)."""
+        return self.references.get("belief_planner")
 
     @property
     def alone(self) -> Estimate | None:

@@ -63,6 +63,12 @@ OPEN_LOOP_NOTE = (
     "policy that needs no feedback and learns nothing; a learning claim is a claim over it. "
     "vs open-loop = agent - best open-loop, paired."
 )
+BELIEF_NOTE = (
+    "belief planner = knows the env's model but not the user: it infers each user's hidden type "
+    "and exposure from the observations (exact posterior) and plans on it; it bounds from below "
+    "the best any policy can do from the observations, so planner - belief planner bounds what "
+    "knowing the user is worth; vs belief planner = agent - belief planner, paired."
+)
 #: The diagnostics table's columns and the note under it (docs/metrics.md, "Greedy-slate
 #: diagnostics").
 DIAGNOSTICS_COLUMNS = ["group", "platform", "seeds", "saturated", "top-x slates"]
@@ -256,6 +262,8 @@ def run(args: argparse.Namespace) -> int:
     columns += ["bottom-x", "vs bottom-x"] if show_bottom else []
     show_open_loop = any(summary.best_open_loop is not None for _, _, summary, _ in rows)
     columns += ["best open-loop", "vs open-loop"] if show_open_loop else []
+    show_belief = any(summary.belief_planner is not None for _, _, summary, _ in rows)
+    columns += ["belief planner (oracle)", "vs belief planner"] if show_belief else []
     show_alone = any(summary.alone is not None for _, _, summary, _ in rows)
     columns += ["alone", "alone vs top-x"] if show_alone else []
     columns += ["paper ETROR", "paper optimal", "paper random"] if show_paper else []
@@ -284,6 +292,11 @@ def run(args: argparse.Namespace) -> int:
                 _cell(summary.best_open_loop, **value),
                 _signed(summary.gain_over_best_open_loop, value),
             ]
+        if show_belief:
+            cells += [
+                _cell(summary.belief_planner, **value),
+                _signed(summary.gain_over_belief_planner, value),
+            ]
         if show_alone:
             cells += [_cell(summary.alone, **value), _signed(summary.alone_over_top_x, value)]
         if show_paper:
@@ -307,6 +320,8 @@ def run(args: argparse.Namespace) -> int:
         notes.append(BOTTOM_X_NOTE)
     if show_open_loop:
         notes.append(OPEN_LOOP_NOTE)
+    if show_belief:
+        notes.append(BELIEF_NOTE)
     if show_alone:
         notes.append(
             "alone = the platform's return when it alone follows the method and every other "

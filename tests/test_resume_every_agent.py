@@ -83,7 +83,10 @@ SETUPS: dict[str, Setup] = {
         {"learning_starts": 40, "batch_size": 8, "local_hidden": (16,), "global_hidden": (16,)},
         "platforms.platform_a.q_network",
     ),
-    "FedCEMAgent": Setup({"population": 4, "elite_fraction": 0.5}, "server.mean"),
+    # (closed-loop FedCEM: each rule on one user-episode here, as for the adaptive rule search)
+    "FedCEMAgent": Setup(
+        {"population": 4, "elite_fraction": 0.5, "episodes_per_rule": 1}, "server.mean"
+    ),
 }
 
 

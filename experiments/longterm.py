@@ -61,6 +61,8 @@ class Contender:
     episodes: int
     overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     description: str = ""
+    #: the settings it runs on by default (None: every setting)
+    settings: tuple[str, ...] | None = None
 
 
 CONTENDERS: dict[str, Contender] = {
@@ -77,6 +79,14 @@ CONTENDERS: dict[str, Contender] = {
         100000,
         {},
         "rule_search whose rule also reads the observed satisfaction level",
+    ),
+    "rule_search_adaptive_long": Contender(
+        "rule_search_adaptive",
+        300000,
+        {},
+        "rule_search_adaptive with three times the budget (its search is still narrowing at "
+        "100,000 episodes)",
+        settings=("user-types",),
     ),
     "ppo": Contender("ppo", 3000, {}, "Stable-Baselines3 PPO (scores per candidate)"),
     "recurrent_ppo": Contender("recurrent_ppo", 3000, {}, "sb3-contrib recurrent PPO (LSTM)"),
@@ -393,9 +403,11 @@ def add_parser(bench_subparsers: argparse._SubParsersAction) -> None:
         "--agents",
         nargs="+",
         choices=tuple(CONTENDERS),
-        default=list(CONTENDERS),
+        default=None,
         metavar="AGENT",
-        help="contenders (default all: " + ", ".join(CONTENDERS) + ")",
+        help="contenders (default: every contender of the setting: "
+        + ", ".join(CONTENDERS)
+        + "; rule_search_adaptive_long on user-types only)",
     )
     parser.add_argument("--seeds", type=int, default=3, help="seeds per contender (default 3)")
     parser.add_argument("--first-seed", type=int, default=0, help="seeds FIRST, FIRST + 1, ...")
@@ -417,7 +429,16 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("--seeds and --episodes must be >= 1 and --first-seed >= 0")
     for setting_name in args.settings:
         runs: dict[str, list[Path]] = {}
-        for contender in args.agents:
+        chosen = (
+            args.agents
+            if args.agents is not None
+            else [
+                name
+                for name, contender in CONTENDERS.items()
+                if contender.settings is None or setting_name in contender.settings
+            ]
+        )
+        for contender in chosen:
             runs[contender] = [
                 train_contender(
                     setting_name,

@@ -70,7 +70,9 @@ def test_joint_final_eval_is_the_paired_sum_of_the_platforms(trained: Path) -> N
     run = load_run(trained)
     policies = json.loads((trained / "final_eval.json").read_text())["policies"]
     final = run.final(JOINT_SERIES)
-    assert sorted(final.references) == ["bottom_x", "random", "top_x"]  # no *_alone entries
+    assert sorted(final.references) == [
+        "best_open_loop", "bottom_x", "random", "top_x"
+    ]  # no *_alone entries  # fmt: skip
     assert final.alone_over_top_x is None
     for name in ("agent", "random", "top_x", "bottom_x"):
         entry = final.agent if name == "agent" else final.references[name]

@@ -27,7 +27,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --durations=20
 
 bench: $(STAMP)
 	$(BIN)/fedrec bench envs

@@ -266,11 +266,11 @@ def train_multi_platform(
 def final_evaluation(agent: Any, *, config: MultiPlatformTrainConfig) -> dict[str, Any]:
     """Greedy per-platform returns of ``agent``, random, the fixed heuristics ``top_x`` and
     ``bottom_x``, the best open-loop schedule of fixed rules and (optionally) the oracles: the
-    joint planner and myopic, on the same held-out
-    episodes (true engagement, read through the env's evaluation channel). With several platforms also
-    ``agent_alone`` and ``top_x_alone``: each platform's return when it alone follows the policy
-    and every other platform serves random slates (a comparison of one platform across methods
-    that holds the others fixed)."""
+    joint planner, myopic and, with hidden user types, the joint belief planner, on the same
+    held-out episodes (true engagement, read through the env's evaluation channel). With several
+    platforms also ``agent_alone`` and ``top_x_alone``: each platform's return when it alone
+    follows the policy and every other platform serves random slates (a comparison of one
+    platform across methods that holds the others fixed)."""
     from fedrec.agents.multi_platform import (
         HeuristicConfig,
         HeuristicMultiPolicy,

@@ -100,7 +100,12 @@ from scipy import sparse, special
 
 from fedrec.agents.assortment import optimal_slates
 from fedrec.agents.base import Info, Observation, SlateAgent
-from fedrec.agents.planner import DEFAULT_PLANNER_CONFIG, PlannerConfig, value_table
+from fedrec.agents.planner import (
+    DEFAULT_PLANNER_CONFIG,
+    PlannerConfig,
+    exposure_grid,
+    value_table,
+)
 from fedrec.agents.reference import _ValueGreedyPolicy, env_params
 from fedrec.envs.choc_kale_model import NOISE_TRUNCATION, ChocKaleModel, ChocKaleParams
 
@@ -145,15 +150,6 @@ def sensitivities_of(params: ChocKaleParams) -> tuple[float, ...]:
     if params.user_sensitivities is not None:
         return tuple(params.user_sensitivities)
     return (float(params.sensitivity),)
-
-
-def exposure_grid(params: ChocKaleParams, points: int) -> np.ndarray:
-    """Cell centres of the filter: the planner's exposure range (the stationary range of e plus
-    six stationary innovation spreads), ``points`` uniform points."""
-    p = params
-    spread = 6.0 * p.innovation_stddev / np.sqrt(1.0 - p.memory_discount**2)
-    reach = 1.0 / (1.0 - p.memory_discount) + spread
-    return np.linspace(-reach, reach, points)
 
 
 def initial_belief(params: ChocKaleParams, grid: np.ndarray) -> np.ndarray:

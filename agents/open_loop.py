@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from fedrec.agents.base import Info, NoConfig, Observation, SlateAgent
+from fedrec.agents.planner import exposure_grid
 from fedrec.envs.choc_kale_model import ChocKaleModel, ChocKaleParams
 
 
@@ -156,9 +157,7 @@ class OpenLoopModel:
         self.params, self.rules, self.horizon, self.config = params, rules, horizon, config
         model = ChocKaleModel(params)
         p = params
-        spread = 6.0 * p.innovation_stddev / np.sqrt(1.0 - p.memory_discount**2)
-        reach = 1.0 / (1.0 - p.memory_discount) + spread
-        self.grid = np.linspace(-reach, reach, config.exposure_points)
+        self.grid = exposure_grid(p, config.exposure_points)
         taus = np.asarray(p.user_sensitivities or (p.sensitivity,), dtype=np.float64)
         # Initial density: e0 = (u - 1/2) / (1 - beta), u ~ U(0, 1), each type equally likely.
         u = (np.arange(4000) + 0.5) / 4000

@@ -46,6 +46,15 @@ class PlannerConfig:
 DEFAULT_PLANNER_CONFIG = PlannerConfig()
 
 
+def exposure_grid(params: ChocKaleParams, points: int) -> np.ndarray:
+    """``points`` uniform exposures over the range the user's exposure can reach: the stationary
+    range 1/(1 - beta) of the drift plus six stationary innovation spreads, either side."""
+    p = params
+    spread = 6.0 * p.innovation_stddev / np.sqrt(1.0 - p.memory_discount**2)
+    reach = 1.0 / (1.0 - p.memory_discount) + spread
+    return np.linspace(-reach, reach, points)
+
+
 class ValueTable:
     """V_t(e) for t = 0..T, and the item values it implies for any offered candidates."""
 
@@ -55,9 +64,7 @@ class ValueTable:
         self.params, self.config = params, config
         self.model = ChocKaleModel(params)
         p = params
-        spread = 6.0 * p.innovation_stddev / np.sqrt(1.0 - p.memory_discount**2)
-        reach = 1.0 / (1.0 - p.memory_discount) + spread
-        self.grid = np.linspace(-reach, reach, config.exposure_points)
+        self.grid = exposure_grid(p, config.exposure_points)
         self._step = self.grid[1] - self.grid[0]
         nodes, node_weights = np.polynomial.hermite_e.hermegauss(config.quadrature_points)
         self._noise = p.innovation_stddev * nodes

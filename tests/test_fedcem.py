@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from resume_helpers import play_episodes, resumed_copy
 
 from fedrec.agents.fedcem import FedCEMAgent, FedCEMConfig
 from fedrec.agents.registry import build_multi_platform_agent
 from fedrec.agents.slate_rule import basis, top_slates
 from fedrec.envs.multi_platform import ChocKaleMultiPlatformBatchEnv
 from fedrec.federation import SERVER, MessageKind, PrivacyViolation
-from fedrec.train.checkpoint import from_plain, to_plain
 from fedrec.train.multi_platform import MultiPlatformTrainConfig, train_multi_platform
 
 SMALL = {"num_candidates": 10, "slate_size": 3}
@@ -63,28 +63,12 @@ class Spy:
         channel.transport.deliver = deliver
 
 
-def _play(agent, env, episodes: int, *, seed: int | None = 0) -> None:
-    for episode in range(episodes):
-        observations, _ = env.reset(seed=seed if episode == 0 else None)
-        running = True
-        while running:
-            slates = agent.explore(observations)
-            next_observations, rewards, terminated, _, _ = env.step(slates)
-            feedback = {p: rewards[p] for p in env.possible_agents if env.feedback[p]}
-            agent.observe(
-                observations, slates, feedback, next_observations, terminated["platform_a"]
-            )
-            observations = next_observations
-            running = not terminated["platform_a"].all()
-        agent.end_episode(env.num_users)
-
-
 def test_only_rule_weights_cross_and_never_a_per_user_value() -> None:
     users = 8
     env = ChocKaleMultiPlatformBatchEnv(users, **SMALL)
     agent = build_multi_platform_agent("fedcem", env, seed=0, population=16)
     spy = Spy(agent.channel)
-    _play(agent, env, 4)
+    play_episodes(agent, env, 4)
     d = 2 * agent.config.time_bins  # weights of one rule
     assert agent.updates == 2 and spy.messages
     assert {m.kind for m in spy.messages} == {MessageKind.MODEL_PARAMETERS}
@@ -105,7 +89,7 @@ def test_only_rule_weights_cross_and_never_a_per_user_value() -> None:
 def test_every_platform_serves_the_same_rule_and_the_silent_one_follows_the_feedback_one() -> None:
     env = ChocKaleMultiPlatformBatchEnv(8, **SMALL, sensitivity=0.05)
     agent = build_multi_platform_agent("fedcem", env, seed=0, population=16)
-    _play(agent, env, 20)
+    play_episodes(agent, env, 20)
     a, b = agent.platforms["platform_a"], agent.platforms["platform_b"]
     np.testing.assert_array_equal(a.mean, b.mean)
     np.testing.assert_array_equal(agent.server.mean, a.mean.astype(np.float32))
@@ -133,15 +117,8 @@ def test_state_round_trips_through_plain_data_and_continues_identically() -> Non
         env = ChocKaleMultiPlatformBatchEnv(8, **SMALL, sensitivity=0.05)
         return env, build_multi_platform_agent("fedcem", env, seed=3, population=16)
 
-    env, agent = fresh()
-    _play(agent, env, 3)  # mid-population: one episode of draws is pending
-    state = from_plain(to_plain(agent.state_dict()))
-    env_state = env.state_dict()
-    env2, agent2 = fresh()
-    agent2.load_state_dict(state)
-    env2.load_state_dict(env_state)
-    for e, ag in ((env, agent), (env2, agent2)):
-        _play(ag, e, 1, seed=None)
+    # mid-population after 3 episodes: one episode of draws is pending
+    agent, agent2 = resumed_copy(fresh, 3, 1)
     np.testing.assert_array_equal(
         agent.platforms["platform_b"].mean, agent2.platforms["platform_b"].mean
     )
@@ -197,15 +174,7 @@ def test_closed_loop_state_round_trips_and_continues_identically() -> None:
             "fedcem_adaptive", env, seed=3, population=32, episodes_per_rule=4
         )
 
-    env, agent = fresh()
-    _play(agent, env, 3)
-    state = from_plain(to_plain(agent.state_dict()))
-    env_state = env.state_dict()
-    env2, agent2 = fresh()
-    agent2.load_state_dict(state)
-    env2.load_state_dict(env_state)
-    for e, ag in ((env, agent), (env2, agent2)):
-        _play(ag, e, 2, seed=None)
+    agent, agent2 = resumed_copy(fresh, 3, 2)
     for name in ("platform_a", "platform_b"):
         np.testing.assert_array_equal(agent.platforms[name].mean, agent2.platforms[name].mean)
         np.testing.assert_array_equal(

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from resume_helpers import play_episodes, resumed_copy
 from scipy import optimize, stats
 
 from fedrec.agents.fedcem import FedCEMAgent, FedCEMConfig, SearchingPlatform
@@ -21,7 +22,6 @@ from fedrec.eval.elite_inference import (
     roc_auc,
 )
 from fedrec.federation import SERVER
-from fedrec.train.checkpoint import from_plain, to_plain
 from fedrec.train.fel_privacy import epsilon
 
 SMALL = {"num_candidates": 10, "slate_size": 3}
@@ -104,21 +104,7 @@ def test_the_attack_reads_what_b_receives_during_real_training() -> None:
     env = ChocKaleMultiPlatformBatchEnv(16, **SMALL, sensitivity=0.05)
     agent = build_multi_platform_agent("fedcem", env, seed=2, population=128)
     audit = EliteAudit(agent)
-    for episode in range(32):
-        observations, _ = env.reset(seed=3 if episode == 0 else None)
-        running = True
-        while running:
-            slates = agent.explore(observations)
-            next_observations, rewards, terminated, _, _ = env.step(slates)
-            agent.observe(
-                observations,
-                slates,
-                {"platform_a": rewards["platform_a"]},
-                next_observations,
-                terminated["platform_a"],
-            )
-            observations, running = next_observations, not terminated["platform_a"].all()
-        agent.end_episode(16)
+    play_episodes(agent, env, 32, seed=3)
     results = audit.results()
     assert len(results) == agent.updates == 4
     assert all(r.population == 128 and r.elite == 32 for r in results)
@@ -252,32 +238,9 @@ def test_the_protected_variant_resumes_exactly() -> None:
         env = ChocKaleMultiPlatformBatchEnv(8, **SMALL, sensitivity=0.05)
         return env, build_multi_platform_agent("fedcem_dp", env, seed=3, population=16)
 
-    def play(agent, env, episodes, seed):
-        for episode in range(episodes):
-            observations, _ = env.reset(seed=seed if episode == 0 else None)
-            running = True
-            while running:
-                slates = agent.explore(observations)
-                next_observations, rewards, terminated, _, _ = env.step(slates)
-                agent.observe(
-                    observations,
-                    slates,
-                    {"platform_a": rewards["platform_a"]},
-                    next_observations,
-                    terminated["platform_a"],
-                )
-                observations, running = next_observations, not terminated["platform_a"].all()
-            agent.end_episode(env.num_users)
-
-    env, agent = fresh()
-    play(agent, env, 3, 0)  # one update done, one episode of the next population pending
-    state = from_plain(to_plain(agent.state_dict()))
-    env_state = env.state_dict()
-    env2, agent2 = fresh()
-    agent2.load_state_dict(state)
-    env2.load_state_dict(env_state)
-    for e, ag in ((env, agent), (env2, agent2)):
-        play(ag, e, 3, None)  # two more updates, each with fresh noise
+    # one update done, one episode of the next population pending; then two more updates, each
+    # with fresh noise
+    agent, agent2 = resumed_copy(fresh, 3, 3)
     assert agent.updates == agent2.updates == 3
     np.testing.assert_array_equal(agent.server.mean, agent2.server.mean)
     np.testing.assert_array_equal(agent.server.std, agent2.server.std)
@@ -285,7 +248,7 @@ def test_the_protected_variant_resumes_exactly() -> None:
     # The noise is the platform's own draw: another seed, another rule.
     env3, agent3 = fresh()
     agent3.platforms["platform_a"].noise_rng = np.random.default_rng(99)
-    play(agent3, env3, 6, 0)
+    play_episodes(agent3, env3, 6)
     assert not np.array_equal(agent3.server.mean, agent.server.mean)
 
 

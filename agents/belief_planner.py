@@ -100,13 +100,13 @@ from scipy import sparse, special
 
 from fedrec.agents.assortment import optimal_slates
 from fedrec.agents.base import Info, Observation, SlateAgent
+from fedrec.agents.oracles import ValueGreedyPolicy, env_params
 from fedrec.agents.planner import (
     DEFAULT_PLANNER_CONFIG,
     PlannerConfig,
     exposure_grid,
     value_table,
 )
-from fedrec.agents.reference import _ValueGreedyPolicy, env_params
 from fedrec.envs.choc_kale_model import NOISE_TRUNCATION, ChocKaleModel, ChocKaleParams
 
 #: The transition kernel is integrated over this many innovation standard deviations each side
@@ -470,7 +470,7 @@ class _PosteriorSummaries:
         return mean, np.sqrt(np.maximum(variance, 0.0))
 
 
-class BeliefPlanner(_ValueGreedyPolicy, _PosteriorSummaries):
+class BeliefPlanner(ValueGreedyPolicy, _PosteriorSummaries):
     """QMDP on the exact (grid) posterior over the user's type and exposure; see the module text.
 
     Knows the env's parameters (hence ``oracle = True``, like the planner) but reads no info key:

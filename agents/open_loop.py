@@ -319,7 +319,7 @@ class OpenLoopPolicy(SlateAgent):
     @classmethod
     def from_env(cls, env: Any, *, config: Any = None, seed: int | None = None) -> SlateAgent:
         """Search the best schedule for a Choc-vs-Kale env's parameters (cached)."""
-        from fedrec.agents.reference import env_params
+        from fedrec.agents.oracles import env_params
 
         del config
         params = env_params(env)

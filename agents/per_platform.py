@@ -37,6 +37,7 @@ from fedrec.agents.multi_platform import (
 from fedrec.envs.choc_kale import observation_space
 from fedrec.envs.choc_kale_model import ChocKaleParams
 from fedrec.envs.slates import SlateSpace
+from fedrec.util import parse_key_value
 
 #: No-learning policies a platform without feedback may serve.
 SILENT_POLICIES = ("random", "top_x", "bottom_x")
@@ -67,13 +68,11 @@ class PerPlatformConfig:
 
     def options(self) -> dict[str, Any]:
         """``agent_options`` as a dict (values parsed as in ``--env-kwarg``)."""
-        from fedrec.cli_train import env_kwarg
-
         parsed = {}
         for text in self.agent_options:
             try:
-                key, value = env_kwarg(text)
-            except Exception as error:  # argparse's error type: reword it for a config
+                key, value = parse_key_value(text)
+            except ValueError as error:
                 raise ValueError(f"agent_options: {error}") from None
             parsed[key] = tuple(value) if isinstance(value, list) else value
         return parsed

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fedrec.agents.base import SlateAgent
+from fedrec.util import json_ready  # noqa: F401  (re-exported: run configs are written with it)
 
 #: Built-in single-platform agent name -> ``module:Class``.
 AGENTS: dict[str, str] = {
@@ -288,11 +289,3 @@ def config_from_json(cls: type, data: Mapping[str, Any]) -> Any:
             value = data[field.name]
             values[field.name] = tuple(value) if isinstance(value, list) else value
     return make_config(cls, values)
-
-
-def json_ready(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): json_ready(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_ready(v) for v in value]
-    return value

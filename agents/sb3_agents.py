@@ -14,7 +14,7 @@ and the update is the algorithm's own ``train()``. What the agent does itself is
   user, compute returns and GAE advantages and run ``train()``.
 
 The action is one score per candidate, ``Box(-b, b, (N,))``; the slate is the n highest scores,
-best first (:func:`fedrec.train.sb3.scores_to_slates`, after SB3's clipping to the box), so
+best first (:func:`fedrec.agents.sb3_adapter.scores_to_slates`, after SB3's clipping to the box), so
 slates are distinct by construction. The algorithm object is built on a VecEnv with the right
 spaces and number of users that is never stepped. See ``docs/sb3.md``, "PPO and recurrent PPO as
 fedrec agents".
@@ -50,7 +50,7 @@ except ImportError as error:  # an optional dependency: fedrec's core does not n
     ) from error
 
 from fedrec.agents.base import Info, Observation, SlateAgent, Transitions
-from fedrec.train.sb3 import (
+from fedrec.agents.sb3_adapter import (
     _flat_space,
     _flatten_batch,
     _policy_action_space,
@@ -269,7 +269,7 @@ class PPOAgent(SlateAgent):
     # ------------------------------------------------------------------ acting
 
     def _flat(self, observations: Observation, *, update: bool) -> np.ndarray:
-        """The observations flattened (``fedrec.train.sb3``'s layout) and normalised."""
+        """The observations flattened (``fedrec.agents.sb3_adapter``'s layout) and normalised."""
         first = next(iter(self.dict_space.spaces))
         flat = _flatten_batch(self.dict_space, observations, len(observations[first]))
         if not self.config.normalize_observations:

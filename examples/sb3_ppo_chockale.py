@@ -1,6 +1,6 @@
 """Train Stable-Baselines3 PPO on ``fedrec/ChocKaleSlate-v0`` with the batched adapter.
 
-PPO sees B users per step through one native batched env (:func:`fedrec.train.sb3.make_sb3_env`);
+PPO sees B users per step through one native batched env (:func:`fedrec.agents.sb3_adapter.make_sb3_env`);
 its action is a score per candidate, served as the top-n slate. The trained policy is then
 evaluated on held-out users (a fixed evaluation seed) against a uniformly random slate and the
 myopic "top feature" slate (the n candidates with the highest x, a strong hand-made baseline
@@ -20,7 +20,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
-from fedrec.train.sb3 import make_sb3_env
+from fedrec.agents.sb3_adapter import make_sb3_env
 
 ENV_ID = "fedrec/ChocKaleSlate-v0"
 

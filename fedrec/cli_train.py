@@ -11,7 +11,6 @@ researcher's own file (``fedrec train my_agent.py:MyAgent``) gets its options th
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
 import json
 import sys
@@ -29,6 +28,7 @@ from fedrec.agents.registry import (
     resolve_agent,
     resolve_multi_platform_agent,
 )
+from fedrec.util import parse_key_value
 
 DESCRIPTION = """Train AGENT on a registered environment and write the run directory
 (config.json, episodes.csv, checkpoint.pt, final_eval.json). AGENT is a built-in name or
@@ -54,18 +54,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run, train_parser=parser)
 
 
-def _parse_value(text: str) -> Any:
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
 def env_kwarg(text: str) -> tuple[str, Any]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key, _parse_value(value)
+    """``KEY=VALUE`` for argparse (a usage error when malformed)."""
+    try:
+        return parse_key_value(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _field_type(field: dataclasses.Field, hints: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

@@ -229,7 +229,7 @@ def test_fedrec_bench_hands_no_hidden_key_to_a_contender(
 def test_stable_baselines3_receives_no_hidden_key(
     env_id: str, mode: str | None, data_dir: Path
 ) -> None:
-    from fedrec.train.sb3 import SB3SlateWrapper, make_sb3_env
+    from fedrec.agents.sb3_adapter import SB3SlateWrapper, make_sb3_env
 
     kwargs = env_kwargs(env_id, mode, data_dir)
     rng = np.random.default_rng(0)

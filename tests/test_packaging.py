@@ -57,7 +57,7 @@ def test_sb3_adapter_without_stable_baselines3_names_the_extra() -> None:
         "import sys\n"
         "sys.modules['stable_baselines3'] = None\n"
         "try:\n"
-        "    import fedrec.train.sb3\n"
+        "    import fedrec.agents.sb3_adapter\n"
         "except ImportError as error:\n"
         "    print(error)\n"
         "else:\n"

@@ -16,15 +16,15 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 import fedrec  # noqa: F401  (registers the ids)
-from fedrec.envs.choc_kale_sim import HIDDEN_STATE_KEYS
-from fedrec.envs.choc_kale_vector import ChocKaleVectorEnv
-from fedrec.train.sb3 import (
+from fedrec.agents.sb3_adapter import (
     SB3SlateVecEnv,
     SB3SlateWrapper,
     make_sb3_env,
     repair_slates,
     scores_to_slates,
 )
+from fedrec.envs.choc_kale_sim import HIDDEN_STATE_KEYS
+from fedrec.envs.choc_kale_vector import ChocKaleVectorEnv
 
 IDS = ["fedrec/ChocKale-v0", "fedrec/ChocKaleSlate-v0", "fedrec/ChocKaleLongTerm-v0"]
 SHORT = {"time_budget": 7}  # short episodes, so rollouts cross several resets

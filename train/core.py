@@ -41,7 +41,6 @@ from typing import Any
 
 import torch
 
-from fedrec.agents.registry import json_ready
 from fedrec.envs.state import env_state, load_env_state
 from fedrec.train.checkpoint import (
     load_checkpoint,
@@ -51,6 +50,7 @@ from fedrec.train.checkpoint import (
     write_json,
     write_text,
 )
+from fedrec.util import json_ready
 
 Row = Sequence[Any]
 #: What defines an agent's run on an env: resuming with any of these changed is refused.

@@ -40,7 +40,7 @@ try:
     )
 except ImportError as error:  # an optional dependency: fedrec's core does not need it
     raise ImportError(
-        "fedrec.train.sb3 needs Stable-Baselines3, which is not installed: "
+        "fedrec.agents.sb3_adapter needs Stable-Baselines3, which is not installed: "
         "pip install 'fedrec[sb3]' (or pip install stable-baselines3)"
     ) from error
 

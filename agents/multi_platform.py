@@ -15,7 +15,7 @@ methods where several platforms recommend to the same user (FedSlate, FedQ, your
   :class:`fedrec.federation.channel.Channel`, which validates it against the method's
   contract (FedSlate's, the default: only per-candidate values, their gradients, TD labels and
   replay indices; no observations, rewards, parameters or dicts. A method that shares model
-  weights opens its channel with that contract instead, as :class:`fedrec.agents.fedpg.FedPGAgent`
+  weights opens its channel with that contract instead, as :class:`fedrec.agents.fedcem.FedCEMAgent`
   does), counts its bytes per party and per user-episode, and delivers it. A method builds
   its channel with :meth:`MultiPlatformAgent.make_channel`; the loop reports its traffic.
 

@@ -13,13 +13,13 @@ FEDERATED_Q_VALUES server -> platform   (B, N) float32               F([Q_k; Q_o
 Q_GRADIENTS        both ways            (B, N) float32               dLoss/dQ (split back-propagation)
 TD_TARGETS         platform <-> server  (B,) float32                 a feedback platform's TD label
 SAMPLE_INDICES     server -> platform   (B,) int64                   replay rows of the shared batch
-MODEL_PARAMETERS   platform <-> server  (P,) float32                 a policy model's weights (FedPG)
+MODEL_PARAMETERS   platform <-> server  (P,) float32                 a rule's parameters (FedCEM)
 ================== ==================== ============================ ==============================
 
 The first six kinds are FedSlate's contract (:data:`FEDSLATE_KINDS`), the default of every
 :class:`~fedrec.federation.channel.Channel`. ``MODEL_PARAMETERS`` is a different contract: a
-channel carries it only when it is opened with :data:`PARAMETER_SHARING_KINDS` (FedPG, in which
-platforms share a scoring model by federated averaging; see ``docs/fedslate.md``). A channel
+channel carries it only when it is opened with :data:`PARAMETER_SHARING_KINDS` (FedCEM, in which
+platforms share only the parameters of a rule distribution; see ``docs/fedcem.md``). A channel
 refuses every kind outside its contract with :class:`PrivacyViolation`.
 
 Anything else -- a dict, a tensor with a gradient graph, observations,
@@ -92,7 +92,7 @@ PAYLOAD_SPEC: dict[MessageKind, tuple[int, np.dtype]] = {
 #: FedSlate's contract: per-candidate values, their gradients, TD labels and replay indices;
 #: no model parameters. The default contract of a channel.
 FEDSLATE_KINDS = frozenset(MessageKind) - {MessageKind.MODEL_PARAMETERS}
-#: The parameter-sharing contract (FedPG): model weights only; no per-user value crosses.
+#: The parameter-sharing contract (FedCEM): model weights only; no per-user value crosses.
 PARAMETER_SHARING_KINDS = frozenset({MessageKind.MODEL_PARAMETERS})
 #: Kinds only the server may send, and kinds only a platform may send.
 SERVER_ONLY = frozenset({MessageKind.FEDERATED_Q_VALUES, MessageKind.SAMPLE_INDICES})

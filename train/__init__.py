@@ -1,7 +1,11 @@
 """fedrec.train: the training loops on one core (:mod:`fedrec.train.core`) and safe checkpoints.
 
 :func:`train` trains a single-platform agent, :func:`train_multi_platform` a multi-platform one;
-FedNCF's federated training is :func:`fedrec.train.fedncf.train_federated`.
+FedNCF's federated training is :func:`fedrec.train.fedncf.train_federated`, FEL's is in
+:mod:`fedrec.train.fel`.
+
+What it may import: every layer below it (envs, federation, agents, eval) and ``fedrec.util``,
+never ``fedrec.experiments`` or the command line (checked by tests/test_layers.py).
 
 The names below are imported on first use (PEP 562), so that importing one submodule (e.g.
 ``fedrec.train.fedncf`` in a Flower node, which starts a fresh process per message) does not

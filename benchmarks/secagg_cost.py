@@ -48,12 +48,16 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from fedrec.agents.ncf import NCFConfig
 from fedrec.federation.aggregators import Aggregator, ClientUpdates, MFFedAvg
-from fedrec.federation.secagg import MFSecAvg, WordRows, mf_secavg_layout, secure_sum, upload_sizes
-from fedrec.federation.secagg_plus import (
+from fedrec.federation.secagg import (
     KeyDirectory,
+    MFSecAvg,
     ThreatModel,
+    WordRows,
     harary_neighbours,
+    mf_secavg_layout,
+    secure_sum,
     secure_sum_plus,
+    upload_sizes,
 )
 
 VARIANTS = ("plain", "complete", "fresh", "reuse", "per_client")
@@ -171,21 +175,21 @@ def estimate_complete(n: int, length: int) -> float:
     measured here: 3n(n−1) X25519 exchanges and HKDF derivations, 2n(n−1) share encryptions and
     decryptions, n(n+1) ChaCha20 streams of ``length`` words, per client two Shamir splits into n
     shares of degree t − 1 and one rebuild from t shares (t = ⌊n/2⌋ + 1, GF(2^521 − 1))."""
-    from fedrec.federation import secagg
+    from fedrec.federation.secagg import complete
 
     t = n // 2 + 1
     seed, secret = bytes(32), 2**255 + 12345
-    prg = _median_seconds(lambda: secagg.prg(seed, length), 20)
-    hkdf = _median_seconds(lambda: secagg._hkdf(seed, b"info"), 200)
+    prg = _median_seconds(lambda: complete.prg(seed, length), 20)
+    hkdf = _median_seconds(lambda: complete._hkdf(seed, b"info"), 200)
     aead = _median_seconds(
-        lambda: secagg.ChaCha20Poly1305(seed).encrypt(bytes(12), bytes(140), b"ad"), 200
+        lambda: complete.ChaCha20Poly1305(seed).encrypt(bytes(12), bytes(140), b"ad"), 200
     )
     split_n, split_t = 200, 101
     split = _median_seconds(
-        lambda: secagg.shamir_split(secret, num_shares=split_n, threshold=split_t), 5
+        lambda: complete.shamir_split(secret, num_shares=split_n, threshold=split_t), 5
     ) / (split_n * split_t)
-    shares = secagg.shamir_split(secret, num_shares=split_t, threshold=split_t)
-    combine = _median_seconds(lambda: secagg.shamir_combine(shares), 5) / split_t**2
+    shares = complete.shamir_split(secret, num_shares=split_t, threshold=split_t)
+    combine = _median_seconds(lambda: complete.shamir_combine(shares), 5) / split_t**2
     pairs = n * (n - 1)
     return (
         3 * pairs * (x25519_seconds() + hkdf)

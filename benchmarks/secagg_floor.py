@@ -41,7 +41,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from fedrec.agents.ncf import NCFConfig
-from fedrec.federation import secagg_plus
+from fedrec.federation.secagg import masking
 from fedrec.train.fedncf import FedNCFConfig, FedNCFTrainer
 
 
@@ -61,13 +61,13 @@ def round_times(
     )
     run = FedNCFTrainer(dataset="ml-100k", config=config, progress=False)
     streams: list[int] = []
-    expand = secagg_plus._Masker.expand
+    expand = masking.Masker.expand
 
     def counted(self: Any, key: bytes) -> Any:
         streams.append(len(self.zeros))
         return expand(self, key)
 
-    secagg_plus._Masker.expand = counted  # type: ignore[method-assign]
+    masking.Masker.expand = counted  # type: ignore[method-assign]
     times: list[float] = []
     try:
         for r in range(run.total_rounds - 1):  # the last round evaluates
@@ -78,7 +78,7 @@ def round_times(
             if r >= run.total_rounds - run.per_global:
                 times.append(run.train_seconds - before)
     finally:
-        secagg_plus._Masker.expand = expand  # type: ignore[method-assign]
+        masking.Masker.expand = expand  # type: ignore[method-assign]
     return times, streams
 
 

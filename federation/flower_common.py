@@ -11,10 +11,18 @@ imports the module-level apps and they read the job from ``context.run_config``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 #: The run-configuration key holding the job as a JSON string.
@@ -100,16 +108,164 @@ def add_partition_query(app: Any) -> None:
         return Message(RecordDict({"metrics": MetricRecord({"partition-id": pid})}), reply_to=msg)
 
 
-def simulate(server_app: Any, client_app: Any, *, num_nodes: int, verbose: bool = False) -> None:
-    """Run the two apps on Flower's simulation engine (Ray) with ``num_nodes`` SuperNodes, one
-    CPU each."""
-    quiet()
-    from flwr.simulation import run_simulation as flower_run_simulation
+class Interrupted(KeyboardInterrupt):
+    """A simulation stopped by SIGINT or SIGTERM (``signum``); the Ray processes are gone."""
 
-    flower_run_simulation(
-        server_app=server_app,
-        client_app=client_app,
-        num_supernodes=num_nodes,
-        backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0}},
-        verbose_logging=verbose,
-    )
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+#: Seconds to wait for a killed simulation's processes to be gone.
+STOP_GRACE = 10.0
+
+
+def ray_init_args(temp_dir: str) -> dict[str, Any]:
+    """``ray.init`` arguments of a simulation: no dashboard, every service on 127.0.0.1, and the
+    session folder under ``temp_dir`` (removed after the run) instead of the system temp dir.
+
+    Ray's services (GCS, raylet, workers) have no authentication. ``_node_ip_address`` alone does
+    not pin them: Ray on Linux replaces 127.0.0.1 by the machine's routable address unless
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (:data:`LOOPBACK_ENV`), and its gRPC servers bind to
+    127.0.0.1 only when the node's address is 127.0.0.1 (else to every interface)."""
+    return {
+        "include_dashboard": False,
+        "_node_ip_address": "127.0.0.1",
+        "_temp_dir": temp_dir,
+    }
+
+
+#: Environment of a simulation's process: quiet (:data:`QUIET_ENV`) and Ray on loopback.
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+
+def simulate(app: str, job: str, *, num_nodes: int, verbose: bool = False) -> None:
+    """Run the apps of module ``app`` (its ``simulation_apps(job)``) for the JSON ``job`` on
+    Flower's simulation engine (Ray) with ``num_nodes`` SuperNodes, one CPU each.
+
+    Why a child process: Ray's processes must all stop on Ctrl-C or SIGTERM, which Flower's
+    engine does not do (it hangs or prints a traceback). The child runs in its own session (so
+    its process group holds every Ray process it starts) and in a fresh temp dir (also its
+    working directory: a ``fedrec`` folder in the caller's one cannot shadow the package in
+    Ray's workers); on SIGINT/SIGTERM this process kills that group and raises
+    :class:`Interrupted`; the temp dir, with Ray's session folder, is removed in every case."""
+    if num_nodes < 1:
+        raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
+    folder = Path(tempfile.mkdtemp(prefix="fedrec-flower-"))
+    try:
+        (folder / "job.json").write_text(job)
+        command = [sys.executable, "-m", "fedrec.federation.flower_common", app, str(num_nodes)]
+        env = {**os.environ, **QUIET_ENV, **LOOPBACK_ENV}
+        if verbose:
+            env["FEDREC_FLOWER_VERBOSE"] = "1"
+        with _signals_raise():
+            child = subprocess.Popen(command, cwd=folder, env=env, start_new_session=True)
+            try:
+                code = child.wait()
+            finally:
+                _stop_group(child)
+        if code != 0:
+            error = folder / "error.txt"
+            reason = error.read_text().strip() if error.is_file() else f"exit status {code}"
+            raise RuntimeError(f"the Flower simulation failed: {reason}")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGINT and SIGTERM raise :class:`Interrupted` here (main thread only; elsewhere Python
+    does not deliver signals to the thread, and nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _stop_group(child: subprocess.Popen) -> None:
+    """Kill what is left of the child's process group (after a run: Ray stragglers; after a
+    signal: the simulation and every Ray process) and wait up to :data:`STOP_GRACE` seconds for
+    it to go. SIGKILL, not SIGTERM: Ray's driver answers SIGTERM with a traceback, and the
+    group's processes keep no state worth saving (the temp dir is removed next)."""
+    with _signals_ignored():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + STOP_GRACE
+        while _group_alive(child) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        child.wait()
+
+
+def _group_alive(child: subprocess.Popen) -> bool:
+    child.poll()  # reap the leader, else it stays a zombie member of the group
+    try:
+        os.killpg(child.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - a member that changed its user
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _signals_ignored() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _run_child(app: str, num_nodes: int) -> int:
+    """The simulation process (``python -m fedrec.federation.flower_common APP NODES``, in the
+    run's temp dir holding ``job.json``): runs the apps on Ray pinned to loopback; on failure
+    writes the reason to ``error.txt`` and returns 1."""
+    import importlib
+
+    folder = Path.cwd()
+    try:
+        module = importlib.import_module(app)
+        server_app, client_app = module.simulation_apps(
+            json.loads((folder / "job.json").read_text())
+        )
+        from flwr.simulation import run_simulation as flower_run_simulation
+
+        flower_run_simulation(
+            server_app=server_app,
+            client_app=client_app,
+            num_supernodes=num_nodes,
+            backend_config={
+                "client_resources": {"num_cpus": 1, "num_gpus": 0},
+                "init_args": ray_init_args(str(folder / "r")),
+            },
+            verbose_logging=os.environ.get("FEDREC_FLOWER_VERBOSE") == "1",
+        )
+    except Exception as error:  # the reason goes to the parent as one line
+        import traceback
+
+        traceback.print_exc()
+        root = error
+        while root.__cause__ is not None or (
+            root.__context__ is not None and not root.__suppress_context__
+        ):
+            root = root.__cause__ or root.__context__  # type: ignore[assignment]
+        (folder / "error.txt").write_text(" ".join(f"{type(root).__name__}: {root}".split()))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_run_child(sys.argv[1], int(sys.argv[2])))

@@ -8,6 +8,13 @@ a grace period): those it started and every process carrying the deployment's ra
 environment, which Flower's own children inherit. Flower itself is unmodified: what runs
 is what ``flwr run`` runs on a cluster, with the addresses on one machine.
 
+The processes are supervised by :mod:`fedrec.federation.supervisor`: SIGINT, SIGTERM and SIGHUP
+stop every one of them and raise :class:`~fedrec.federation.flower_common.Interrupted` (one line
+from the command line, no traceback); each started process gets a parent-death signal, and a
+watchdog process stops them all, Flower's own children included, if fedrec dies without
+stopping them (SIGKILL). A process of the deployment that dies ends the run with
+:class:`DeploymentError` (one line from the command line).
+
 Flower 1.42 runs every message a SuperNode receives in a fresh ClientApp process (its default
 ``subprocess`` isolation; ``flwr-clientapp`` also handles one message and exits), an idle
 SuperNode asks the SuperLink for work every 3 s, and replies are pushed in 0.5 s steps; a message
@@ -22,7 +29,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -32,7 +38,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from fedrec.federation.flower_common import JOB_KEY, QUIET_ENV
+from fedrec.federation.flower_common import JOB_KEY, QUIET_ENV, Interrupted
+from fedrec.federation.supervisor import (
+    Stopped,
+    Watchdog,
+    marked,
+    signals_ignored,
+    spawn,
+    stop_on_signals,
+    terminate,
+)
 
 #: Seconds to wait for a started process to listen before giving up.
 START_TIMEOUT = 60.0
@@ -75,6 +90,11 @@ insecure = true
 """
 
 
+class DeploymentError(ChildProcessError, RuntimeError):
+    """A process of the deployment exited early, or the run ended without a result (an
+    ``OSError``, so ``fedrec flower deploy`` reports it in one line)."""
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -104,13 +124,13 @@ def _executable(name: str) -> str:
 class _Processes:
     """The processes of one deployment; :meth:`stop` ends every one of them (and its children)."""
 
-    def __init__(self, workdir: Path, env: dict[str, str]) -> None:
-        self.workdir, self.env = workdir, env
+    def __init__(self, workdir: Path, env: dict[str, str], watchdog: Watchdog | None) -> None:
+        self.workdir, self.env, self.watchdog = workdir, env, watchdog
         self.started: list[tuple[str, subprocess.Popen]] = []
 
     def start(self, name: str, command: list[str]) -> subprocess.Popen:
         with open(self.workdir / f"{name}.log", "wb") as log:
-            process = subprocess.Popen(
+            process = spawn(
                 command,
                 cwd=self.workdir,
                 env=self.env,
@@ -119,6 +139,8 @@ class _Processes:
                 start_new_session=True,  # a Ctrl-C reaches fedrec, which stops them in order
             )
         self.started.append((name, process))
+        if self.watchdog is not None:
+            self.watchdog.watch(process.pid)
         return process
 
     def check_alive(self, *, expected_to_end: subprocess.Popen | None = None) -> None:
@@ -126,8 +148,9 @@ class _Processes:
         has exited."""
         for name, process in self.started:
             if process is not expected_to_end and process.poll() is not None:
-                raise RuntimeError(
-                    f"{name} exited with code {process.returncode}:\n{self.tail(name)}"
+                raise DeploymentError(
+                    f"{name} exited with code {process.returncode}; its log ends: "
+                    f"{self.tail(name, 5)}"
                 )
 
     def tail(self, name: str, lines: int = 30) -> str:
@@ -141,47 +164,14 @@ class _Processes:
         :data:`MARK` in its environment (Flower's SuperLink starts ``flower-superexec`` in a
         process group of its own, which starts the apps; a child started while its parent is
         being stopped is reparented and no longer a descendant, but it keeps the mark)."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            deadline = time.monotonic() + (STOP_GRACE if sig == signal.SIGTERM else 5.0)
-            targets = self._members()
-            for pid in targets:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, sig)
-            for _, process in self.started:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(timeout=max(deadline - time.monotonic(), 0.1))
-            while time.monotonic() < deadline and any(_alive(pid) for pid in self._members()):
-                time.sleep(0.1)
-            if not any(_alive(pid) for pid in self._members()):
-                return
-
-    def _members(self) -> list[int]:
-        started = [process.pid for _, process in self.started if process.poll() is None]
-        return sorted(set(started) | set(_marked(self.env[MARK])))
-
-
-def _marked(token: str) -> list[int]:
-    """Pids of the live processes whose environment holds ``MARK=token`` (Linux ``/proc``)."""
-    needle = f"{MARK}={token}".encode() + b"\0"
-    found = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        with contextlib.suppress(OSError):
-            if needle in environ.read_bytes() + b"\0":
-                found.append(int(environ.parent.name))
-    return [pid for pid in found if pid != os.getpid()]
-
-
-def _alive(pid: int) -> bool:
-    stat = Path(f"/proc/{pid}/stat")
-    if stat.exists():  # a zombie has exited: only its parent's wait is missing
-        with contextlib.suppress(OSError, IndexError):
-            return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-        return False
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
+        terminate(
+            [process.pid for _, process in self.started],
+            grace_s=STOP_GRACE,
+            also=lambda: marked(MARK, self.env[MARK]),
+        )
+        for _, process in self.started:  # reaped already; this sets their return codes
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=1.0)
 
 
 def _wait_listening(processes: _Processes, name: str, port: int) -> None:
@@ -242,34 +232,43 @@ def deploy(
         env = dict(os.environ) | QUIET_ENV | {"FLWR_HOME": str(home), MARK: secrets.token_hex(8)}
         # Flower starts its helper commands (flower-superexec, flwr-clientapp) from PATH.
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-        processes = _Processes(workdir, env)
         try:
-            processes.start(
-                "superlink",
-                [superlink, "--insecure", "--host", "127.0.0.1", "--port", str(port),
-                 "--disable-runtime-dependency-installation"],
-            )  # fmt: skip
-            _wait_listening(processes, "flower-superlink", port)
-            for pid in range(num_nodes):
-                node_port = free_port()
-                processes.start(
-                    f"supernode{pid}",
-                    [supernode, "--insecure", "--superlink", f"127.0.0.1:{port}",
-                     "--node-config", f"partition-id={pid} num-partitions={num_nodes}",
-                     "--host", "127.0.0.1", "--port", str(node_port)],
-                )  # fmt: skip
-            run = processes.start("flwr-run", [flwr, "run", str(app_dir), "deploy", "--stream"])
-            deadline = time.monotonic() + timeout
-            while run.poll() is None:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"the Flower run took longer than {timeout} s")
-                processes.check_alive(expected_to_end=run)
-                time.sleep(0.2)
-            if not result_path.is_file():
-                raise RuntimeError(
-                    "the Flower run ended without a result; its log ends:\n"
-                    f"{processes.tail('flwr-run')}"
-                )
-            return json.loads(result_path.read_text())
-        finally:
-            processes.stop()
+            with stop_on_signals():  # SIGINT / SIGTERM / SIGHUP raise Stopped in here
+                watchdog = Watchdog(MARK, env[MARK], grace_s=STOP_GRACE)
+                processes = _Processes(workdir, env, watchdog)
+                try:
+                    processes.start(
+                        "superlink",
+                        [superlink, "--insecure", "--host", "127.0.0.1", "--port", str(port),
+                         "--disable-runtime-dependency-installation"],
+                    )  # fmt: skip
+                    _wait_listening(processes, "flower-superlink", port)
+                    for pid in range(num_nodes):
+                        node_port = free_port()
+                        processes.start(
+                            f"supernode{pid}",
+                            [supernode, "--insecure", "--superlink", f"127.0.0.1:{port}",
+                             "--node-config", f"partition-id={pid} num-partitions={num_nodes}",
+                             "--host", "127.0.0.1", "--port", str(node_port)],
+                        )  # fmt: skip
+                    run = processes.start(
+                        "flwr-run", [flwr, "run", str(app_dir), "deploy", "--stream"]
+                    )
+                    deadline = time.monotonic() + timeout
+                    while run.poll() is None:
+                        if time.monotonic() > deadline:
+                            raise TimeoutError(f"the Flower run took longer than {timeout} s")
+                        processes.check_alive(expected_to_end=run)
+                        time.sleep(0.2)
+                    if not result_path.is_file():
+                        raise DeploymentError(
+                            "the Flower run ended without a result; its log ends:\n"
+                            f"{processes.tail('flwr-run')}"
+                        )
+                    return json.loads(result_path.read_text())
+                finally:
+                    with signals_ignored():  # a second signal must not cut the stop short
+                        processes.stop()
+                        watchdog.close()
+        except Stopped as stop:  # every process was stopped above
+            raise Interrupted(stop.signum) from None

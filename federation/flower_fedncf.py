@@ -52,7 +52,7 @@ from fedrec.federation.flower_common import (
     tune_grid,
 )
 from fedrec.federation.flower_secagg import SecureAggregation, secure_mod, secure_train_reply
-from fedrec.train.fedncf import FedNCFConfig
+from fedrec.train.fedncf import FedNCFConfig, aggregate_round, select_round
 
 #: The aggregators a Flower run supports (MF-SecAvg simulates its masking in one process; Flower's
 #: own SecAgg+ workflow is the secure option there).
@@ -101,8 +101,15 @@ class FedNCFJob:
         return cls.from_dict(job_of(context))
 
 
+#: What a Flower run trains when no configuration is given: FedNCF's defaults with what Flower
+#: runs (fresh client optimisers, one federated evaluation at the end).
+FLOWER_DEFAULTS = FedNCFConfig(client_optimizer="fresh", eval_every=0)
+
+
 def check_supported(config: FedNCFConfig, num_nodes: int, secure: bool = False) -> None:
-    """Refuse what a Flower run cannot do, before any process starts."""
+    """Refuse, naming the field, every configuration a Flower run does not run as the
+    in-process trainer does, before any process starts. Every other field is honoured
+    (tests/test_flower_rounds.py checks each one against the in-process trainer)."""
     if secure and config.aggregator.lower() != "mf-fedavg":
         raise ValueError(
             f"Flower's SecAgg+ is implemented for MF-FedAvg only, not {config.aggregator!r}"
@@ -118,6 +125,16 @@ def check_supported(config: FedNCFConfig, num_nodes: int, secure: bool = False) 
         raise ValueError(
             f"client_optimizer {config.client_optimizer!r} is not available on Flower (its nodes "
             "train fresh client optimisers); pass client_optimizer='fresh'"
+        )
+    if config.eval_every != 0:
+        raise ValueError(
+            f"eval_every={config.eval_every} is not available on Flower (it evaluates once, at "
+            "the end); pass eval_every=0"
+        )
+    if config.validation:
+        raise ValueError(
+            "validation=True is not available on Flower (no validation split or model selection "
+            "on the nodes); pass validation=False"
         )
 
 
@@ -187,6 +204,15 @@ def _shard(dataset: str, data_dir: str | None) -> _Shard:
     return _Shard(dataset, data_dir)
 
 
+@functools.cache
+def _round_engine(config: FedNCFConfig) -> tuple[Any, dict[str, Any]]:
+    """The node process's round trainer for ``config.simulation`` and its workspace, built
+    once per process (:func:`fedrec.train.fedncf.round_trainer`)."""
+    from fedrec.train.fedncf import round_extras, round_trainer
+
+    return round_trainer(config.simulation), round_extras(config)
+
+
 def make_client_app(job: FedNCFJob | None = None):
     """The FedNCF ``ClientApp``: ``train`` trains the node's users of a round, ``evaluate``
     scores the node's users (HR@K, NDCG@K sums). Without ``job`` it reads the job from the run
@@ -237,7 +263,7 @@ def make_client_app(job: FedNCFJob | None = None):
     ) -> tuple[ClientUpdates, int]:
         """Train the node's users of aggregation round ``r``; their new private rows stay in
         ``context.state``; returns their uploads and the round's local examples."""
-        from fedrec.train.fedncf import sample_round, train_round_batched
+        from fedrec.train.fedncf import train_clients
 
         shard, c = _shard(this.dataset, this.data_dir), this.config
         own, rows = rows_of(context, this, shard)
@@ -247,26 +273,23 @@ def make_client_app(job: FedNCFJob | None = None):
             raise ValueError(f"node {pid} was sent users it does not host")
         # One node: the in-process stream; several: a stream of the node's own.
         stream = [c.seed, 3, r] if this.num_nodes == 1 else [c.seed, 3, r, pid]
-        samples = sample_round(
+        train_round, extras = _round_engine(c)
+        updates, new_rows = train_clients(
+            c,
             shard.clients,
             users,
             np.random.default_rng(stream),
-            num_negatives=c.num_negatives,
-            local_epochs=c.local_epochs,
-        )
-        updates, new_rows = train_round_batched(
-            c.model,
-            round_samples=samples,
             user_rows=torch.from_numpy(rows[position]),
             items=torch.from_numpy(items),
             network=torch.from_numpy(network),
-            lr=c.lr,
-            batch_size=c.batch_size,
+            train_round=train_round,
+            extras=extras,
         )
         rows = rows.copy()
         rows[position] = new_rows.numpy()
         context.state["users"] = ArrayRecord([own, rows])
-        return updates, len(samples.items)
+        # n_k examples per local epoch: the round's local examples
+        return updates, int(np.sum(updates.num_samples)) * c.local_epochs
 
     @app.evaluate()
     def evaluate(msg: Message, context: Any) -> Message:
@@ -340,7 +363,7 @@ def make_server_app(job: FedNCFJob | None = None):
         model = _initial_model(config, num_users, num_items)
         items, network = model.item_table(), model.network_vector()
         aggregator = make_aggregator(config.aggregator)
-        selection = np.random.default_rng([config.seed, 1])
+        selection_rng = np.random.default_rng([config.seed, 1])
         per_global = config.rounds_per_global(num_users)
         total = config.total_aggregation_rounds(num_users)
         tune_grid(grid)
@@ -364,9 +387,14 @@ def make_server_app(job: FedNCFJob | None = None):
         node_rss = 0.0
         for r in range(total):
             began = time.perf_counter()
-            if r % per_global == 0:
-                groups = np.array_split(selection.permutation(num_users), per_global)
-            users = np.sort(groups[r % per_global])
+            groups, users = select_round(
+                groups,
+                selection_rng,
+                aggregation_round=r,
+                num_users=num_users,
+                per_global=per_global,
+                selection=config.selection,
+            )
             owner = node_of(users, num_nodes)
             if secure is not None:
                 users_of = {pid: users[owner == pid] for pid in np.unique(owner).tolist()}
@@ -395,7 +423,9 @@ def make_server_app(job: FedNCFJob | None = None):
             updates = _combine(
                 [reply.content["arrays"].to_numpy_ndarrays() for reply in answers], num_items
             )
-            items, network = aggregator.aggregate(items=items, network=network, updates=updates)
+            items, network = aggregate_round(
+                aggregator, None, items=items, network=network, updates=updates
+            )
             round_seconds.append(time.perf_counter() - began)
         train_seconds = time.perf_counter() - start
         result: dict[str, Any] = {"hit_rate": None, "ndcg": None, "users": 0}
@@ -489,12 +519,14 @@ def run_simulation(
     the final HR@K / NDCG@K (federated evaluation), the rounds and the training time.
     ``secure``: aggregate with Flower's SecAgg+ (:mod:`fedrec.federation.flower_secagg`);
     ``return_model``: also return the final global ``items`` and ``network`` arrays."""
-    config = config or FedNCFConfig()
+    config = config or FLOWER_DEFAULTS
     check_supported(config, num_nodes, secure)
+    if data_dir is not None:
+        data_dir = str(Path(data_dir).resolve())  # the simulation runs in a folder of its own
     with tempfile.TemporaryDirectory() as tmp:
         result = str(Path(tmp) / "result.json")
         job = FedNCFJob(dataset, data_dir, config, num_nodes, result, secure=secure)
-        simulate(make_server_app(job), make_client_app(job), num_nodes=num_nodes, verbose=verbose)
+        simulate(__name__, job.to_json(), num_nodes=num_nodes, verbose=verbose)
         if not Path(job.result_path).is_file():
             raise RuntimeError("the Flower run ended without a result (see its log above)")
         answer = json.loads(Path(job.result_path).read_text())
@@ -502,6 +534,13 @@ def run_simulation(
             with np.load(job.result_path + ".model.npz", allow_pickle=False) as model:
                 answer |= {"items": model["items"], "network": model["network"]}
         return answer
+
+
+def simulation_apps(job: dict[str, Any]) -> tuple[Any, Any]:
+    """The (ServerApp, ClientApp) of a job for the simulation engine
+    (:func:`fedrec.federation.flower_common.simulate` builds them in its own process)."""
+    this = FedNCFJob.from_dict(job)
+    return make_server_app(this), make_client_app(this)
 
 
 def run_deployment(
@@ -519,7 +558,7 @@ def run_deployment(
     at the end; returns what :func:`run_simulation` returns."""
     from fedrec.federation.flower_deploy import deploy
 
-    config = config or FedNCFConfig()
+    config = config or FLOWER_DEFAULTS
     check_supported(config, num_nodes, secure)
     if data_dir is not None:
         data_dir = str(Path(data_dir).resolve())  # the node processes run elsewhere

@@ -55,7 +55,15 @@ from fedrec.federation.flower_common import (
     simulate,
     tune_grid,
 )
-from fedrec.train.fel import DPConfig, FedConfig, LeafConfig
+from fedrec.train.fel import (
+    DPConfig,
+    FedConfig,
+    LeafConfig,
+    aggregate_leaves,
+    noise_multiplier_of,
+    select_clients,
+    train_rows_of,
+)
 
 #: The click data sets a FEL Flower run reads (as ``fedrec bench fel --data``).
 DATASETS = ("taobao-synthetic", "taobao", "ml-100k")
@@ -188,25 +196,15 @@ def node_of(users: np.ndarray, num_nodes: int) -> np.ndarray:
     return np.asarray(users, dtype=np.int64) % num_nodes
 
 
-def noise_multiplier_of(config: FedConfig) -> float | None:
-    """z of a DP configuration, as :func:`~fedrec.train.fel.train_federated` sets it."""
-    from fedrec.train.fel_privacy import noise_multiplier_for
-
-    dp = config.dp
-    if dp is None:
-        return None
-    if dp.noise_multiplier is not None:
-        return dp.noise_multiplier
-    return noise_multiplier_for(dp.target_epsilon, dp.delta, config.sample_rate, config.rounds)
-
-
 def digest(flat: torch.Tensor) -> str:
     """SHA-256 of stacked leaves' float32 bytes (bit-for-bit comparisons of two runs)."""
     return hashlib.sha256(flat.detach().contiguous().numpy().tobytes()).hexdigest()
 
 
 # ------------------------------------------------------------------------------------------------
-# One round's pieces, without Flower (the apps below call these)
+# One round's pieces, without Flower: a node's local training and combining the nodes' uploads
+# (selection, training rows and the server step are fedrec.train.fel's own, shared with
+# train_federated)
 
 
 @dataclass(frozen=True)
@@ -218,32 +216,6 @@ class Uploads:
     num_samples: np.ndarray
     deltas: torch.Tensor
     first_loss: float
-
-
-def select_clients(
-    rng: np.random.Generator, assignment: np.ndarray, has_train: np.ndarray, config: FedConfig
-) -> np.ndarray:
-    """The round's chosen users, sorted: :func:`~fedrec.train.fel.train_federated`'s Poisson
-    selection (and fill of empty clusters without DP), drawing from ``rng`` exactly as it does."""
-    k = int(assignment.max()) + 1
-    chosen = (rng.random(len(assignment)) < config.sample_rate) & has_train
-    if config.dp is None and config.fill_empty_clusters:
-        for c in range(k):
-            if not chosen[assignment == c].any():
-                members = np.flatnonzero((assignment == c) & has_train)
-                if len(members):
-                    chosen[rng.choice(members)] = True
-    return np.flatnonzero(chosen)
-
-
-def train_rows_of(data: Any) -> list[np.ndarray]:
-    """Every client's training rows, as the in-process trainer lists them."""
-    return [
-        np.arange(data.indptr[u], data.indptr[u + 1])[
-            ~data.is_test[data.indptr[u] : data.indptr[u + 1]]
-        ]
-        for u in range(data.num_clients)
-    ]
 
 
 def local_round(
@@ -293,44 +265,6 @@ def combine_uploads(parts: Sequence[Uploads]) -> Uploads:
         deltas=torch.cat([p.deltas for p in parts])[torch.from_numpy(order)],
         first_loss=first_loss,
     )
-
-
-def aggregate(
-    flat: torch.Tensor,
-    uploads: Uploads,
-    assignment: np.ndarray,
-    config: FedConfig,
-    *,
-    noise_multiplier: float | None,
-    denominator: torch.Tensor,
-    generator: torch.Generator,
-) -> torch.Tensor:
-    """(K, P) the leaves after a round: :func:`~fedrec.train.fel.train_federated`'s server step
-    (FedAvg n_k / N inside each cluster, or :func:`~fedrec.train.fel_privacy.dp_aggregate`:
-    clip, sum, noise from ``generator``, divide by q N_c), times ``server_lr``."""
-    from fedrec.train.fel_privacy import dp_aggregate
-
-    k = flat.shape[0]
-    cl = torch.as_tensor(assignment[uploads.clients])
-    deltas = uploads.deltas if len(uploads.clients) else torch.zeros(0, flat.shape[1])
-    dp = config.dp
-    if dp is None:
-        if not len(uploads.clients):
-            return flat
-        n = torch.as_tensor(uploads.num_samples, dtype=torch.float32)
-        w = n / torch.zeros(k).index_add_(0, cl, n)[cl]  # n_k / N within each cluster
-        step = torch.zeros_like(flat).index_add_(0, cl, w[:, None] * deltas)
-    else:
-        step = dp_aggregate(
-            deltas,
-            cl,
-            k,
-            clip_norm=dp.clip_norm,
-            noise_multiplier=float(noise_multiplier),
-            denominator=denominator,
-            generator=generator,
-        )
-    return flat + config.server_lr * step
 
 
 # ------------------------------------------------------------------------------------------------
@@ -512,9 +446,11 @@ def _train_on_nodes(
         if parts:
             updates += len(uploads.clients)
             history.append(uploads.first_loss)
-        flat = aggregate(
+        flat = aggregate_leaves(
             flat,
-            uploads,
+            uploads.clients,
+            uploads.num_samples,
+            uploads.deltas,
             assignment,
             config,
             noise_multiplier=z,
@@ -687,10 +623,17 @@ def run_simulation(
     )
     with tempfile.TemporaryDirectory() as tmp:
         job = dataclasses.replace(job, result_path=str(Path(tmp) / "result.json"))
-        simulate(make_server_app(job), make_client_app(job), num_nodes=num_nodes, verbose=verbose)
+        simulate(__name__, job.to_json(), num_nodes=num_nodes, verbose=verbose)
         if not Path(job.result_path).is_file():
             raise RuntimeError("the Flower run ended without a result (see its log above)")
         return json.loads(Path(job.result_path).read_text())
+
+
+def simulation_apps(job: dict[str, Any]) -> tuple[Any, Any]:
+    """The (ServerApp, ClientApp) of a job for the simulation engine
+    (:func:`fedrec.federation.flower_common.simulate` builds them in its own process)."""
+    this = FELJob.from_dict(job)
+    return make_server_app(this), make_client_app(this)
 
 
 def run_deployment(

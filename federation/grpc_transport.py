@@ -23,23 +23,45 @@ validates it again, so the contract holds on every hop.
 
 Every remote call has a deadline (``timeout_s``); a call that misses it raises ``TimeoutError``
 naming the service, the method and the address.
+
+**Authentication.** Every call carries a key in its gRPC metadata (:data:`KEY_HEADER`), compared
+with :func:`hmac.compare_digest` against the service's key table before the request is read; a
+call without a valid key gets ``UNAUTHENTICATED`` (:class:`AuthenticationError` on the client).
+The mailbox's table maps each key to one party: a party may only take or peek at its own queue
+and only send as itself, to another party of the run. **Limits.** The mailbox refuses frames
+above :data:`MAX_FRAME_BYTES` (the channel's 64 MiB message limit plus the header), keeps at most
+:data:`MAX_QUEUED_BYTES` queued, and bounds a client's wait to :data:`MAX_WAIT_S` (a non-finite
+or negative wait is refused). Decoding refuses a header nested deeper than :data:`MAX_DEPTH` or an
+integer longer than :data:`MAX_INT_DIGITS` digits. **TLS** (:class:`TLSFiles`): a server with a
+certificate and key may bind any interface; without TLS it listens on loopback only.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
+import hmac
 import json
+import math
+import re
+import secrets
 import struct
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent import futures
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fedrec.federation.channel import Transport
-from fedrec.federation.messages import InvalidMessage, Message, MessageKind
+from fedrec.federation.messages import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    InvalidMessage,
+    Message,
+    MessageKind,
+)
 
 try:
     import grpc
@@ -54,12 +76,89 @@ DEFAULT_MAX_GRPC_BYTES = 1 << 30
 #: Default deadline of one remote call, in seconds.
 DEFAULT_TIMEOUT_S = 60.0
 MAILBOX_SERVICE = "fedrec.Mailbox"
-#: The only interfaces a server here listens on.
+#: The only interfaces a server without TLS listens on.
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+#: The gRPC metadata entry that carries a caller's key.
+KEY_HEADER = "x-fedrec-key"
+#: The identity of the run's driver at the mailbox: it may only count what is queued.
+DRIVER = "driver"
+#: Largest frame the mailbox takes: the channel's message limit plus room for the header.
+MAX_FRAME_BYTES = DEFAULT_MAX_MESSAGE_BYTES + (1 << 20)
+#: Largest total of queued frames (bytes) the mailbox holds.
+MAX_QUEUED_BYTES = 4 * MAX_FRAME_BYTES
+#: Longest wait (seconds) a client may ask the mailbox for; longer ones are cut to this.
+MAX_WAIT_S = 10.0
+#: Deepest nesting of a frame's JSON header (lists and objects).
+MAX_DEPTH = 64
+#: Longest integer (decimal digits) in a frame's header: 2**256 has 78.
+MAX_INT_DIGITS = 80
 
 
 class WireError(ValueError):
     """A frame that is not a valid encoding (truncated, altered, or with a forbidden type)."""
+
+
+class AuthenticationError(PermissionError):
+    """A call without a valid key, or outside what its key allows."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TLSFiles:
+    """TLS for the gRPC services (parties on different hosts).
+
+    :param cert_file: PEM certificate the servers present (its subject alternative names must
+        name the host the clients dial, or set ``server_name``).
+    :param key_file: PEM private key of ``cert_file`` (servers only).
+    :param ca_file: PEM root certificate(s) the clients trust (default ``cert_file``: a
+        self-signed certificate trusts itself).
+    :param server_name: the name the clients check the certificate against, when it is not the
+        dialled host (e.g. ``"localhost"`` for a certificate made for it).
+    """
+
+    cert_file: str
+    key_file: str = ""
+    ca_file: str = ""
+    server_name: str = ""
+
+    def server_credentials(self) -> Any:
+        """``grpc.ssl_server_credentials`` of the certificate and key."""
+        if not self.key_file:
+            raise ValueError("TLS for a server needs key_file (the certificate's private key)")
+        pair = (_read(self.key_file, "TLS key"), _read(self.cert_file, "TLS certificate"))
+        return require_grpc().ssl_server_credentials([pair])
+
+    def channel_credentials(self) -> Any:
+        """``grpc.ssl_channel_credentials`` trusting ``ca_file`` (or the certificate)."""
+        root = _read(self.ca_file or self.cert_file, "TLS root certificate")
+        return require_grpc().ssl_channel_credentials(root_certificates=root)
+
+    def channel_options(self) -> list[tuple[str, str]]:
+        return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
+
+
+def _read(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as error:
+        raise ValueError(f"cannot read the {what} {path!r}: {error.strerror}") from None
+
+
+def new_key() -> str:
+    """A fresh random key (256 bits, hex) for one caller of one run."""
+    return secrets.token_hex(32)
+
+
+def identify(context: Any, keys: Mapping[str, str]) -> str | None:
+    """Whose key the call carries (``keys`` maps key -> identity), or None. Each key is compared
+    in constant time (:func:`hmac.compare_digest`)."""
+    given = next((v for k, v in context.invocation_metadata() if k == KEY_HEADER), None)
+    if not isinstance(given, str):
+        return None
+    found = None
+    for key, who in list(keys.items()):
+        if hmac.compare_digest(key.encode(), given.encode()):
+            found = who
+    return found
 
 
 def require_grpc() -> Any:
@@ -130,6 +229,25 @@ def _encode(value: object, blobs: list[bytes]) -> object:
     )
 
 
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
+def _json_depth(text: bytes) -> int:
+    """The deepest nesting of lists and objects in JSON ``text`` (strings skipped)."""
+    codes = np.frombuffer(_JSON_STRING.sub(b'""', text), dtype=np.uint8)
+    if not len(codes):
+        return 0
+    opens = (codes == ord("[")) | (codes == ord("{"))
+    closes = (codes == ord("]")) | (codes == ord("}"))
+    return int(np.cumsum(opens.astype(np.int64) - closes).max(initial=0))
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise WireError(f"an integer of {len(text)} digits in a frame (at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
 def _split(data: bytes) -> tuple[dict[str, Any], memoryview, list[int]]:
     view = memoryview(data)
     if len(view) < 8 or bytes(view[:4]) != MAGIC:
@@ -137,9 +255,13 @@ def _split(data: bytes) -> tuple[dict[str, Any], memoryview, list[int]]:
     (size,) = struct.unpack("<I", view[4:8])
     if 8 + size > len(view):
         raise WireError("truncated frame header")
+    text = bytes(view[8 : 8 + size])
+    depth = _json_depth(text)
+    if depth > MAX_DEPTH:
+        raise WireError(f"frame header nested {depth} deep (at most {MAX_DEPTH})")
     try:
-        header = json.loads(bytes(view[8 : 8 + size]).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        header = json.loads(text.decode("utf-8"), parse_int=_parse_int)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise WireError(f"malformed frame header: {error}") from error
     if not isinstance(header, dict) or not isinstance(header.get("blobs"), list):
         raise WireError("malformed frame header: no blob table")
@@ -180,7 +302,7 @@ def loads(data: bytes) -> Any:
         if not isinstance(shape, list) or not all(type(n) is int and n >= 0 for n in shape):
             raise WireError(f"malformed shape {shape!r}")
         data = blob(index)
-        if len(data) != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+        if len(data) != math.prod(shape) * dtype.itemsize:  # Python ints: no overflow
             raise WireError(f"blob {index} has {len(data)} bytes, not a {dtype} array {shape}")
         return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
 
@@ -251,16 +373,29 @@ def decode_message(data: bytes) -> Message:
         raise InvalidMessage(f"a message on the wire is malformed: {error}") from error
 
 
-def message_receiver(data: bytes) -> str:
-    """The receiver named in a message frame's header (no payload is decoded)."""
+def message_route(data: bytes) -> tuple[str, str]:
+    """The sender and receiver named in a message frame's header (no payload is decoded)."""
     tree = header_tree(data)
     try:
-        receiver = tree["o"]["receiver"]  # type: ignore[index]
+        fields = tree["o"]  # type: ignore[index]
+        sender, receiver = fields["sender"], fields["receiver"]
     except (KeyError, TypeError) as error:
-        raise WireError("a message frame without a receiver") from error
-    if not isinstance(receiver, str):
-        raise WireError("a message frame's receiver is not a string")
-    return receiver
+        raise WireError("a message frame without a sender and a receiver") from error
+    if not isinstance(sender, str) or not isinstance(receiver, str):
+        raise WireError("a message frame's sender or receiver is not a string")
+    return sender, receiver
+
+
+def message_receiver(data: bytes) -> str:
+    """The receiver named in a message frame's header (no payload is decoded)."""
+    return message_route(data)[1]
+
+
+def wait_seconds(value: object) -> float:
+    """A client's requested wait, checked (finite, >= 0) and cut to :data:`MAX_WAIT_S`."""
+    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+        raise WireError(f"wait_s must be a finite number >= 0, got {value!r}")
+    return min(float(value), MAX_WAIT_S)
 
 
 # ---------------------------------------------------------------------- the mailbox
@@ -268,35 +403,86 @@ class Mailbox:
     """Per-receiver FIFO queues of encoded messages, safe to use from several threads.
 
     Each queued frame gets an id, so a ``take`` after a ``peek`` removes the message that was
-    peeked (and says so when another one is at the head)."""
+    peeked (and says so when another one is at the head). Until :meth:`open` names the run's
+    parties, it takes nothing; then it takes frames only between two of them, of at most
+    ``max_frame_bytes``, while the queues hold less than ``max_queued_bytes``.
+    """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        parties: Iterable[str] = (),
+        *,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+        max_queued_bytes: int = MAX_QUEUED_BYTES,
+    ) -> None:
         self.queues: dict[str, collections.deque[tuple[int, bytes]]] = collections.defaultdict(
             collections.deque
         )
+        self.parties: frozenset[str] = frozenset(parties)
+        #: ``{key: identity}`` of the callers allowed over gRPC (see :meth:`open`)
+        self.keys: dict[str, str] = {}
+        self.max_frame_bytes, self.max_queued_bytes = int(max_frame_bytes), int(max_queued_bytes)
+        self.queued_bytes = 0
         self._next_id = 0
         self._ready = threading.Condition()
 
-    def deliver(self, data: bytes) -> None:
-        receiver = message_receiver(data)
+    def open(self, parties: Iterable[str]) -> dict[str, str]:
+        """Name the run's parties and make one key per party and one for :data:`DRIVER`;
+        returns ``{identity: key}`` (hand each to its owner only)."""
         with self._ready:
+            self.parties = frozenset(parties)
+            issued = {who: new_key() for who in sorted(self.parties | {DRIVER})}
+            self.keys.clear()
+            self.keys.update({key: who for who, key in issued.items()})
+            return issued
+
+    def _check_receiver(self, receiver: object) -> str:
+        if not isinstance(receiver, str) or receiver not in self.parties:
+            raise WireError(f"{str(receiver)[:80]!r} is not a party of this run")
+        return receiver
+
+    def deliver(self, data: bytes, *, sender: str | None = None) -> None:
+        """Queue ``data`` for its receiver; ``sender`` (a remote caller's identity) must be the
+        frame's sender. Raises :class:`WireError` for a frame it does not take."""
+        if len(data) > self.max_frame_bytes:
+            raise WireError(
+                f"a frame of {len(data)} bytes is above the mailbox's limit of "
+                f"{self.max_frame_bytes} (the channel's message limit plus the header)"
+            )
+        named, receiver = message_route(data)
+        self._check_receiver(receiver)
+        self._check_receiver(named)
+        if sender is not None and named != sender:
+            raise AuthenticationError(f"{sender!r} may not send as {named!r}")
+        if named == receiver:
+            raise WireError(f"{named!r} sends a message to itself")
+        with self._ready:
+            if self.queued_bytes + len(data) > self.max_queued_bytes:
+                raise WireError(
+                    f"the mailbox holds {self.queued_bytes} bytes; {len(data)} more would pass "
+                    f"its limit of {self.max_queued_bytes}"
+                )
             self.queues[receiver].append((self._next_id, data))
+            self.queued_bytes += len(data)
             self._next_id += 1
             self._ready.notify_all()
 
     def _head(self, receiver: str, wait_s: float) -> tuple[int, bytes]:
+        self._check_receiver(receiver)
         with self._ready:
             if not self._ready.wait_for(lambda: bool(self.queues.get(receiver)), wait_s):
                 raise LookupError(f"no message waiting for {receiver!r}")
             return self.queues[receiver][0]
 
     def peek(self, receiver: str, wait_s: float = 0.0) -> tuple[int, bytes]:
-        return self._head(receiver, wait_s)
+        return self._head(receiver, wait_seconds(wait_s))
 
     def take(self, receiver: str, wait_s: float = 0.0) -> tuple[int, bytes]:
         with self._ready:
-            self._head(receiver, wait_s)
-            return self.queues[receiver].popleft()
+            self._head(receiver, wait_seconds(wait_s))
+            ident, data = self.queues[receiver].popleft()
+            self.queued_bytes -= len(data)
+            return ident, data
 
     def pending(self) -> int:
         with self._ready:
@@ -310,18 +496,21 @@ def _grpc_options(max_bytes: int) -> list[tuple[str, int]]:
     ]
 
 
-def _unary(handler: Callable[[bytes, Any], bytes]) -> Any:
-    """A raw-bytes unary method (no (de)serializers: requests and replies are bytes)."""
-    return require_grpc().unary_unary_rpc_method_handler(handler)
+#: ``(request bytes, caller identity) -> reply bytes``: a method of a service here.
+Handler = Callable[[bytes, str], bytes]
 
 
 class MailboxServer:
-    """A gRPC server on loopback hosting a :class:`Mailbox` (and any extra generic services).
+    """A gRPC server hosting a :class:`Mailbox` and any extra services, every call authenticated.
 
-    :param host: the loopback interface to bind (any other is refused: nothing here has TLS or
-        authentication); a ``port`` of 0 lets the OS pick a free one.
-    :param services: extra ``{service name: {method: handler(request bytes, context) -> bytes}}``
+    :param host: the interface to bind; without ``tls`` loopback only. A ``port`` of 0 lets the
+        OS pick a free one.
+    :param services: extra ``{service name: {method: handler(request, identity) -> bytes}}``
         served on the same port (a party's control service).
+    :param keys: ``{service name: {key: identity}}``: who may call each extra service (a
+        service without a table refuses every call). The mailbox's table is ``mailbox.keys``.
+    :param mailbox: the :class:`Mailbox` to serve, or None for none.
+    :param tls: serve TLS with this certificate and key (:class:`TLSFiles`).
     """
 
     def __init__(
@@ -329,88 +518,154 @@ class MailboxServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        services: dict[str, dict[str, Callable[[bytes, Any], bytes]]] | None = None,
+        services: Mapping[str, Mapping[str, Handler]] | None = None,
+        keys: Mapping[str, Mapping[str, str]] | None = None,
+        mailbox: Mailbox | None = None,
+        tls: TLSFiles | None = None,
         max_message_bytes: int = DEFAULT_MAX_GRPC_BYTES,
-        max_workers: int = 4,
-        mailbox: bool = True,
+        max_workers: int = 8,
     ) -> None:
-        if host not in LOOPBACK:
+        if host not in LOOPBACK and tls is None:
             raise ValueError(
-                f"host {host!r}: the mailbox has no TLS and no authentication, so it listens on "
-                f"loopback only ({', '.join(LOOPBACK)})"
+                f"host {host!r}: without TLS the services listen on loopback only "
+                f"({', '.join(LOOPBACK)}); give tls=TLSFiles(cert_file, key_file)"
             )
         grpc_ = require_grpc()
-        self.mailbox = Mailbox() if mailbox else None
+        self.mailbox = mailbox
+        handlers = {name: dict(methods) for name, methods in (services or {}).items()}
+        tables: dict[str, Mapping[str, str]] = dict(keys or {})
+        if mailbox is not None:
+            handlers[MAILBOX_SERVICE] = self._mailbox_methods(mailbox)
+            tables[MAILBOX_SERVICE] = mailbox.keys
         self.server = grpc_.server(
             futures.ThreadPoolExecutor(max_workers=max_workers),
             options=_grpc_options(max_message_bytes),
+            interceptors=[_KeyCheck(tables)],
         )
-        handlers = dict(services or {})
-        if self.mailbox is not None:
-            handlers[MAILBOX_SERVICE] = self._mailbox_methods()
         for name, methods in handlers.items():
+            table = tables.get(name, {})
             generic = grpc_.method_handlers_generic_handler(
-                name, {method: _unary(fn) for method, fn in methods.items()}
+                name, {method: _unary(fn, table) for method, fn in methods.items()}
             )
             self.server.add_generic_rpc_handlers((generic,))
-        self.port = self.server.add_insecure_port(f"{host}:{port}")
+        address = f"{host}:{port}"
+        if tls is None:
+            self.port = self.server.add_insecure_port(address)
+        else:
+            self.port = self.server.add_secure_port(address, tls.server_credentials())
         if not self.port:
-            raise OSError(f"could not bind a gRPC server to {host}:{port}")
+            raise OSError(f"could not bind a gRPC server to {address}")
         self.address = f"{host}:{self.port}"
         self.server.start()
 
-    def _mailbox_methods(self) -> dict[str, Callable[[bytes, Any], bytes]]:
-        box = self.mailbox
-        assert box is not None
-        not_found = require_grpc().StatusCode.NOT_FOUND
-        invalid = require_grpc().StatusCode.INVALID_ARGUMENT
+    @staticmethod
+    def _mailbox_methods(box: Mailbox) -> dict[str, Handler]:
+        def own(request: dict[str, Any], who: str) -> str:
+            receiver = request["receiver"]
+            if receiver != who:
+                raise AuthenticationError(f"{who!r} may not read {str(receiver)[:80]!r}'s queue")
+            return receiver
 
-        def guarded(fn: Callable[[dict[str, Any]], object]) -> Callable[[bytes, Any], bytes]:
-            def handler(request: bytes, context: Any) -> bytes:
-                try:
-                    return dumps(fn(loads(request)))
-                except LookupError as error:
-                    context.abort(not_found, str(error))
-                except (WireError, KeyError, TypeError) as error:
-                    context.abort(invalid, f"bad mailbox request: {error}")
-                raise AssertionError("unreachable")  # abort raises
-
-            return handler
-
-        def deliver(request: bytes, context: Any) -> bytes:
-            try:
-                box.deliver(request)
-            except WireError as error:
-                context.abort(invalid, f"undeliverable frame: {error}")
+        def deliver(request: bytes, who: str) -> bytes:
+            box.deliver(request, sender=who)
             return b""
 
-        def take(r: dict[str, Any]) -> dict[str, Any]:
-            ident, data = box.take(r["receiver"], r.get("wait_s", 0.0))
-            return {"id": ident, "data": None if ident == r.get("id") else data}
+        def peek(request: bytes, who: str) -> bytes:
+            r = loads(request)
+            ident, data = box.peek(own(r, who), r.get("wait_s", 0.0))
+            return dumps({"id": ident, "data": data})
+
+        def take(request: bytes, who: str) -> bytes:
+            r = loads(request)
+            ident, data = box.take(own(r, who), r.get("wait_s", 0.0))
+            return dumps({"id": ident, "data": None if ident == r.get("id") else data})
 
         return {
             "Deliver": deliver,
-            "Peek": guarded(
-                lambda r: dict(
-                    zip(("id", "data"), box.peek(r["receiver"], r.get("wait_s", 0.0)), strict=True)
-                )
-            ),
-            "Take": guarded(take),
-            "Pending": guarded(lambda r: box.pending()),
+            "Peek": peek,
+            "Take": take,
+            "Pending": lambda request, who: dumps(box.pending()),
         }
 
     def stop(self, grace: float | None = 0.5) -> None:
         self.server.stop(grace).wait(5.0)
 
 
-class LocalMailboxTransport(Transport):
-    """The transport of the process that hosts the :class:`Mailbox`: the same frames, no hop."""
+class _KeyCheck:
+    """A server interceptor that refuses a call without a valid key before any handler runs
+    (its request is discarded undecoded)."""
 
-    def __init__(self, mailbox: Mailbox) -> None:
-        self.mailbox = mailbox
+    def __init__(self, tables: Mapping[str, Mapping[str, str]]) -> None:
+        self.tables = tables
+
+    def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
+        service = details.method.strip("/").split("/")[0]
+        table = self.tables.get(service, {})
+        given = next((v for k, v in details.invocation_metadata if k == KEY_HEADER), None)
+        ok = isinstance(given, str) and any(
+            hmac.compare_digest(key.encode(), given.encode()) for key in list(table)
+        )
+        return continuation(details) if ok else _REFUSE
+
+
+def _refuse(request: bytes, context: Any) -> bytes:
+    del request
+    context.abort(require_grpc().StatusCode.UNAUTHENTICATED, "no valid fedrec key for this call")
+    raise AssertionError("unreachable")  # abort raises
+
+
+_REFUSE = (
+    None
+    if grpc is None
+    else grpc.unary_unary_rpc_method_handler(
+        _refuse, request_deserializer=lambda b: b"", response_serializer=None
+    )
+)
+
+
+def _unary(handler: Handler, keys: Mapping[str, str]) -> Any:
+    """A raw-bytes unary method that finds its caller's identity and maps errors to statuses."""
+    grpc_ = require_grpc()
+    codes = grpc_.StatusCode
+
+    def method(request: bytes, context: Any) -> bytes:
+        who = identify(context, keys)
+        if who is None:
+            context.abort(codes.UNAUTHENTICATED, "no valid fedrec key for this call")
+        try:
+            return handler(request, who)
+        except AuthenticationError as error:
+            context.abort(codes.PERMISSION_DENIED, str(error))
+        except LookupError as error:
+            context.abort(codes.NOT_FOUND, str(error))
+        except (WireError, InvalidMessage, KeyError, TypeError) as error:
+            context.abort(codes.INVALID_ARGUMENT, f"undeliverable or malformed request: {error}")
+        raise AssertionError("unreachable")  # abort raises
+
+    return grpc_.unary_unary_rpc_method_handler(method)
+
+
+def open_channel(
+    address: str, *, tls: TLSFiles | None = None, max_message_bytes: int = DEFAULT_MAX_GRPC_BYTES
+) -> Any:
+    """A gRPC channel to ``address`` (TLS when ``tls`` is given)."""
+    grpc_ = require_grpc()
+    options: list[tuple[str, Any]] = list(_grpc_options(max_message_bytes))
+    if tls is None:
+        return grpc_.insecure_channel(address, options=options)
+    options += tls.channel_options()
+    return grpc_.secure_channel(address, tls.channel_credentials(), options=options)
+
+
+class LocalMailboxTransport(Transport):
+    """The transport of the process that hosts the :class:`Mailbox`: the same frames, no hop
+    (it sends as ``identity``, the host's party)."""
+
+    def __init__(self, mailbox: Mailbox, identity: str | None = None) -> None:
+        self.mailbox, self.identity = mailbox, identity
 
     def deliver(self, message: Message) -> None:
-        self.mailbox.deliver(encode_message(message))
+        self.mailbox.deliver(encode_message(message), sender=self.identity)
 
     def collect(self, receiver: str) -> Message:
         return decode_message(self.mailbox.take(receiver)[1])
@@ -433,23 +688,28 @@ class GrpcTransport(Transport):
     """A :class:`Mailbox` reached over gRPC: what a party in another process sends through.
 
     :param address: ``host:port`` of the :class:`MailboxServer`.
+    :param key: this caller's key (from :meth:`Mailbox.open`), sent with every call.
     :param timeout_s: deadline of every call (``TimeoutError`` when missed).
     :param wait_s: how long ``collect`` / ``peek`` wait for a message before ``LookupError``
         (0, the default, is :class:`~fedrec.federation.channel.InProcessTransport`'s behaviour:
-        FedSlate's orchestration sends before it asks anyone to receive).
+        FedSlate's orchestration sends before it asks anyone to receive; the mailbox cuts it to
+        :data:`MAX_WAIT_S`).
+    :param tls: dial with TLS, trusting ``tls``'s certificate (:class:`TLSFiles`).
     """
 
     def __init__(
         self,
         address: str,
         *,
+        key: str,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         wait_s: float = 0.0,
+        tls: TLSFiles | None = None,
         max_message_bytes: int = DEFAULT_MAX_GRPC_BYTES,
     ) -> None:
-        grpc_ = require_grpc()
         self.address, self.timeout_s, self.wait_s = address, float(timeout_s), float(wait_s)
-        self._channel = grpc_.insecure_channel(address, options=_grpc_options(max_message_bytes))
+        self._channel = open_channel(address, tls=tls, max_message_bytes=max_message_bytes)
+        self._metadata = ((KEY_HEADER, key),)
         self._methods = {
             name: self._channel.unary_unary(f"/{MAILBOX_SERVICE}/{name}")
             for name in ("Deliver", "Peek", "Take", "Pending")
@@ -460,8 +720,9 @@ class GrpcTransport(Transport):
         return call_unary(
             self._methods[method],
             request,
-            timeout_s=self.timeout_s + self.wait_s,
+            timeout_s=self.timeout_s + min(self.wait_s, MAX_WAIT_S),
             what=f"mailbox {method} at {self.address}",
+            metadata=self._metadata,
         )
 
     def deliver(self, message: Message) -> None:
@@ -497,16 +758,28 @@ class GrpcTransport(Transport):
         """Put a frame on the mailbox as is (tests: what a tampered or hostile sender does)."""
         self._call("Deliver", data)
 
+    def request_raw(self, method: str, request: bytes) -> bytes:
+        """Call a mailbox method with a hand-made request (tests: what a hostile client does)."""
+        return self._call(method, request)
+
     def close(self) -> None:
         self._channel.close()
 
 
-def call_unary(method: Any, request: bytes, *, timeout_s: float, what: str) -> bytes:
+def call_unary(
+    method: Any,
+    request: bytes,
+    *,
+    timeout_s: float,
+    what: str,
+    metadata: tuple[tuple[str, str], ...] = (),
+) -> bytes:
     """One unary call with a deadline; gRPC errors become ``TimeoutError`` (deadline),
-    ``LookupError`` (not found), ``ConnectionError`` (unreachable) or ``RuntimeError``."""
+    ``LookupError`` (not found), ``ConnectionError`` (unreachable), :class:`AuthenticationError`
+    (no valid key, or a call outside it), ``InvalidMessage`` (refused) or ``RuntimeError``."""
     grpc_ = require_grpc()
     try:
-        return method(request, timeout=timeout_s)
+        return method(request, timeout=timeout_s, metadata=metadata)
     except grpc_.RpcError as error:
         code, detail = error.code(), error.details()
         if code == grpc_.StatusCode.DEADLINE_EXCEEDED:
@@ -515,6 +788,8 @@ def call_unary(method: Any, request: bytes, *, timeout_s: float, what: str) -> b
             raise LookupError(detail) from None
         if code == grpc_.StatusCode.UNAVAILABLE:
             raise ConnectionError(f"{what}: unreachable ({detail})") from None
+        if code in (grpc_.StatusCode.UNAUTHENTICATED, grpc_.StatusCode.PERMISSION_DENIED):
+            raise AuthenticationError(f"{what}: {detail}") from None
         if code == grpc_.StatusCode.INVALID_ARGUMENT:
             raise InvalidMessage(f"{what}: {detail}") from None
         raise RuntimeError(f"{what}: {code.name}: {detail}") from None

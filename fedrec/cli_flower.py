@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -123,9 +126,11 @@ def run_flower(args: argparse.Namespace) -> int:
         "secure": args.secure,
     }
     if args.engine == "simulation":
-        result = flower_fedncf.run_simulation(**job)
+        result = _stop_on_signal(flower_fedncf.run_simulation, **job)
     else:
-        result = flower_fedncf.run_deployment(**job, timeout=args.timeout, log_dir=args.log_dir)
+        result = _stop_on_signal(  # the deployment's processes are stopped first
+            flower_fedncf.run_deployment, **job, timeout=args.timeout, log_dir=args.log_dir
+        )
     result["wall_seconds"] = time.perf_counter() - start
     result.pop("round_seconds", None)  # one entry per aggregation round: in the benchmarks
     if args.compare:
@@ -184,9 +189,12 @@ def run_fel(args: argparse.Namespace) -> int:
     }
     start = time.perf_counter()
     if args.engine == "simulate":
-        result = flower_fel.run_simulation(**job, num_nodes=args.nodes, baseline=args.baseline)
+        result = _stop_on_signal(
+            flower_fel.run_simulation, **job, num_nodes=args.nodes, baseline=args.baseline
+        )
     else:
-        result = flower_fel.run_deployment(
+        result = _stop_on_signal(  # the deployment's processes are stopped first
+            flower_fel.run_deployment,
             **job,
             num_nodes=args.nodes,
             baseline=args.baseline,
@@ -214,6 +222,18 @@ def run_fel(args: argparse.Namespace) -> int:
             f"{'identical' if same else 'differ'}"
         )
     return 0
+
+
+def _stop_on_signal(simulation: Callable[..., dict[str, Any]], **job: Any) -> dict[str, Any]:
+    """Run a simulation; on SIGINT or SIGTERM (its Ray processes already stopped) print
+    "interrupted" and exit with 128 + the signal's number (130, 143), without a traceback."""
+    from fedrec.federation.flower_common import Interrupted
+
+    try:
+        return simulation(**job)
+    except Interrupted as stop:
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(128 + stop.signum) from None
 
 
 def _require_flower() -> None:

@@ -25,7 +25,9 @@ from fedrec.agents.fedslate import FedSlateAgent, FedSlateConfig, platform_state
 from fedrec.envs.multi_platform import ChocKaleMultiPlatformBatchEnv
 from fedrec.federation.channel import Channel
 from fedrec.federation.grpc_transport import (
+    DRIVER,
     GrpcTransport,
+    Mailbox,
     MailboxServer,
     WireError,
     dumps,
@@ -39,6 +41,7 @@ from fedrec.federation.messages import (
     MessageKind,
     PrivacyViolation,
 )
+from fedrec.federation.supervisor import alive
 
 TINY = {
     "learning_starts": 60,
@@ -115,7 +118,7 @@ def _assert_same_tree(a: object, b: object, path: str = "") -> None:
 
 
 def _gone(pid: int) -> bool:
-    return not remote._alive(pid)
+    return not alive(pid)
 
 
 def _wait_gone(pids: list[int], timeout: float = 10.0) -> bool:
@@ -209,42 +212,63 @@ def test_codec_round_trips_arrays_and_state_exactly() -> None:
         loads(b"\x80\x04\x95" + frame)  # a pickle stream is not a frame
 
 
+def _mailbox(*platforms: str) -> tuple[MailboxServer, dict[str, GrpcTransport]]:
+    """A mailbox server for SERVER and ``platforms`` and one authenticated transport each."""
+    box = Mailbox()
+    server = MailboxServer(mailbox=box)
+    keys = box.open([SERVER, *platforms])
+    transports = {
+        who: GrpcTransport(server.address, key=key, timeout_s=10) for who, key in keys.items()
+    }
+    return server, transports
+
+
+def _close(server: MailboxServer, transports: dict[str, GrpcTransport]) -> None:
+    for transport in transports.values():
+        transport.close()
+    server.stop()
+
+
 def test_grpc_transport_matches_in_process_semantics() -> None:
-    server = MailboxServer()
-    transport = GrpcTransport(server.address, timeout_s=10)
+    server, t = _mailbox("platform_a", "platform_b")
     try:
-        channel = Channel(["platform_a", "platform_b"], num_candidates=4, transport=transport)
+        names = ["platform_a", "platform_b"]
+        channels = {
+            who: Channel(names, num_candidates=4, transport=t[who]) for who in (SERVER, *names)
+        }
         q = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
         index = np.array([5, 0, 7], dtype=np.int64)
-        channel.send(MessageKind.Q_VALUES, "platform_a", SERVER, q)
-        channel.send(MessageKind.Q_VALUES, "platform_b", SERVER, q + 1)
-        channel.send(MessageKind.SAMPLE_INDICES, SERVER, "platform_a", index)
-        assert transport.pending() == 3
+        channels["platform_a"].send(MessageKind.Q_VALUES, "platform_a", SERVER, q)
+        channels["platform_b"].send(MessageKind.Q_VALUES, "platform_b", SERVER, q + 1)
+        channels[SERVER].send(MessageKind.SAMPLE_INDICES, SERVER, "platform_a", index)
+        assert t[DRIVER].pending() == 3
         with pytest.raises(InvalidMessage, match="stays queued"):
-            channel.receive("platform_a", MessageKind.TD_TARGETS)
-        assert transport.pending() == 3  # a wrong kind leaves the message queued
-        head = transport.peek(SERVER)
-        assert head.sender == "platform_a" and transport.pending() == 3
-        np.testing.assert_array_equal(channel.receive(SERVER, MessageKind.Q_VALUES), q)
-        got = channel.receive(SERVER, MessageKind.Q_VALUES)  # FIFO per receiver
+            channels["platform_a"].receive("platform_a", MessageKind.TD_TARGETS)
+        assert t[DRIVER].pending() == 3  # a wrong kind leaves the message queued
+        head = t[SERVER].peek(SERVER)
+        assert head.sender == "platform_a" and t[DRIVER].pending() == 3
+        server_channel = channels[SERVER]
+        np.testing.assert_array_equal(server_channel.receive(SERVER, MessageKind.Q_VALUES), q)
+        got = server_channel.receive(SERVER, MessageKind.Q_VALUES)  # FIFO per receiver
         assert got.tobytes() == (q + 1).tobytes() and not got.flags.writeable
-        back = channel.receive("platform_a", MessageKind.SAMPLE_INDICES)
+        back = channels["platform_a"].receive("platform_a", MessageKind.SAMPLE_INDICES)
         assert back.dtype == np.int64 and back.tolist() == index.tolist()
-        assert transport.pending() == 0
+        assert t[DRIVER].pending() == 0
         with pytest.raises(LookupError, match="no message waiting"):
-            channel.receive(SERVER, MessageKind.Q_VALUES)
-        assert channel.current["platform_a"].sent_bytes == q.nbytes
-        assert channel.current[SERVER].received_messages == 2
+            server_channel.receive(SERVER, MessageKind.Q_VALUES)
+        assert channels["platform_a"].current["platform_a"].sent_bytes == q.nbytes
+        # each channel counts its party's sends (and what those deliver to the receiver)
+        assert sum(c.current[SERVER].received_messages for c in channels.values()) == 2
     finally:
-        transport.close()
-        server.stop()
+        _close(server, t)
 
 
 def test_refused_and_tampered_messages_never_arrive() -> None:
-    server = MailboxServer()
-    transport = GrpcTransport(server.address, timeout_s=10)
+    server, t = _mailbox("platform_a")
+    transport = t["platform_a"]
     try:
         channel = Channel(["platform_a"], num_candidates=4, transport=transport)
+        server_channel = Channel(["platform_a"], num_candidates=4, transport=t[SERVER])
         with pytest.raises(PrivacyViolation, match="outside this channel's contract"):
             channel.send(MessageKind.MODEL_PARAMETERS, "platform_a", SERVER, np.zeros(3, "f4"))
         with pytest.raises(InvalidMessage, match="NaN"):
@@ -262,16 +286,15 @@ def test_refused_and_tampered_messages_never_arrive() -> None:
         transport.deliver_raw(frame)
         for _ in range(2):
             with pytest.raises(InvalidMessage):
-                channel.receive(SERVER, MessageKind.TD_TARGETS)
-        assert channel.receive(SERVER, MessageKind.TD_TARGETS).tolist() == [1.0, 1.0]
+                server_channel.receive(SERVER, MessageKind.TD_TARGETS)
+        assert server_channel.receive(SERVER, MessageKind.TD_TARGETS).tolist() == [1.0, 1.0]
         assert transport.pending() == 0  # the tampered frames were dropped
         with pytest.raises(InvalidMessage, match="undeliverable"):
             transport.deliver_raw(b"not a frame")
         with pytest.raises(ValueError, match="loopback only"):
             MailboxServer(host="0.0.0.0")
     finally:
-        transport.close()
-        server.stop()
+        _close(server, t)
 
 
 # ------------------------------------------------------------------ processes are cleaned up

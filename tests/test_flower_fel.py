@@ -20,24 +20,24 @@ from fedrec.federation.flower_fel import (
     FELClustering,
     FELJob,
     Uploads,
-    aggregate,
     combine_uploads,
     local_round,
     node_of,
-    noise_multiplier_of,
     run_deployment,
     run_simulation,
-    select_clients,
-    train_rows_of,
 )
 from fedrec.train.fel import (
     DPConfig,
     FedConfig,
     LeafConfig,
+    aggregate_leaves,
     client_schedules,
     flatten,
     init_params,
+    noise_multiplier_of,
+    select_clients,
     train_federated,
+    train_rows_of,
 )
 from fedrec.train.fel_data import ClickData, click_data_from_taobao
 
@@ -83,9 +83,11 @@ def test_two_nodes_round_is_the_in_process_round(data: ClickData, config: FedCon
     denominator = torch.as_tensor(config.sample_rate * np.bincount(assignment), dtype=torch.float32)
 
     def server_step(uploads: Uploads) -> torch.Tensor:
-        return aggregate(
+        return aggregate_leaves(
             flat,
-            uploads,
+            uploads.clients,
+            uploads.num_samples,
+            uploads.deltas,
             assignment,
             config,
             noise_multiplier=noise_multiplier_of(config),

@@ -17,25 +17,23 @@ from scipy import stats
 
 from fedrec.federation.aggregators import ClientUpdates, MFFedAvg
 from fedrec.federation.secagg import (
+    SHARE_PRIME,
+    KeyDirectory,
     MFSecAvg,
     SecAggAborted,
+    ThreatModel,
     WordRows,
     decode_fixed_point,
     encode_fixed_point,
-    mf_secavg_rows,
-    mf_secavg_vector,
-    secure_sum,
-)
-from fedrec.federation.secagg_plus import (
-    SHARE_PRIME,
-    KeyDirectory,
-    ThreatModel,
     harary_neighbours,
     harary_parameters,
     is_connected,
     key_limbs,
     limbs_key,
+    mf_secavg_rows,
+    mf_secavg_vector,
     round_secret,
+    secure_sum,
     secure_sum_plus,
     shamir_combine_limbs,
     shamir_combine_many,

@@ -1344,6 +1344,87 @@ def round_trainer(simulation: str) -> Callable[..., tuple[ClientUpdates, torch.T
     return train_round_batched if simulation == "batched" else train_round_reference
 
 
+def round_extras(config: FedNCFConfig) -> dict[str, Any]:
+    """The keyword arguments of ``round_trainer(config.simulation)`` that live across rounds
+    without a client optimiser store: the batched simulation's preallocated workspace."""
+    return {"engine": _BatchedNetwork(config.model)} if config.simulation == "batched" else {}
+
+
+# ------------------------------------------------------------------------------------------------
+# One aggregation round's pieces: the in-process trainer and the Flower apps
+# (fedrec.federation.flower_fedncf) both call these, so a round is written once.
+
+
+def select_round(
+    groups: Sequence[np.ndarray],
+    rng: np.random.Generator,
+    *,
+    aggregation_round: int,
+    num_users: int,
+    per_global: int,
+    selection: str,
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """(the global round's client groups, aggregation round ``aggregation_round``'s clients,
+    sorted). At the start of a global round "permutation" splits a fresh permutation of the
+    users, "cohorts" (after its first split) only shuffles the order of the same groups."""
+    groups = list(groups)
+    if aggregation_round % per_global == 0:
+        if selection == "cohorts" and len(groups) == per_global:
+            groups = [groups[i] for i in rng.permutation(per_global)]
+        else:
+            groups = np.array_split(rng.permutation(num_users), per_global)
+    return groups, np.sort(groups[aggregation_round % per_global])
+
+
+def train_clients(
+    config: FedNCFConfig,
+    clients: ClientData,
+    users: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    user_rows: torch.Tensor,
+    items: torch.Tensor,
+    network: torch.Tensor,
+    train_round: Callable[..., tuple[ClientUpdates, torch.Tensor]],
+    extras: Mapping[str, Any],
+) -> tuple[ClientUpdates, torch.Tensor]:
+    """Train a round's clients ``users`` (their private ``user_rows``) from the global ``items``
+    and ``network``: fresh local samples from ``rng``, then ``train_round`` (the configured
+    simulation, with its ``extras``); returns their uploads and new private rows."""
+    round_samples = sample_round(
+        clients,
+        users,
+        rng,
+        num_negatives=config.num_negatives,
+        local_epochs=config.local_epochs,
+    )
+    return train_round(
+        config.model,
+        round_samples=round_samples,
+        user_rows=user_rows,
+        items=items,
+        network=network,
+        lr=config.lr,
+        batch_size=config.batch_size,
+        **extras,
+    )
+
+
+def aggregate_round(
+    aggregator: Any,
+    store: AdamStateStore | None,
+    *,
+    items: torch.Tensor,
+    network: torch.Tensor,
+    updates: ClientUpdates,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The new global (items, network): the server's rule on the round's uploads, with the
+    federated Adam moments when ``store`` keeps them (may raise ``SecAggAborted``)."""
+    if isinstance(store, FederatedOptimizerState):
+        return store.aggregate(aggregator, items=items, network=network, updates=updates)
+    return aggregator.aggregate(items=items, network=network, updates=updates)
+
+
 # ------------------------------------------------------------------------------------------------
 # Evaluation
 
@@ -1475,9 +1556,7 @@ class FedNCFTrainer(Trainer):
         self.per_global = config.rounds_per_global(self.num_users)
         self.total_rounds = config.total_aggregation_rounds(self.num_users)
         self.train_round = round_trainer(config.simulation)
-        self.extra: dict[str, Any] = (
-            {"engine": _BatchedNetwork(config.model)} if config.simulation == "batched" else {}
-        )
+        self.extra: dict[str, Any] = round_extras(config)
         self.optimizer_store: AdamStateStore | None = None
         if config.client_optimizer != "fresh":
             kind = (
@@ -1555,42 +1634,37 @@ class FedNCFTrainer(Trainer):
 
         c, r, per_global = self.config, self.rounds_done, self.per_global
         start = time.perf_counter()
-        if r % per_global == 0 and c.selection == "cohorts" and len(self.groups) == per_global:
-            self.groups = [self.groups[i] for i in self.selection_rng.permutation(per_global)]
-        elif r % per_global == 0:
-            self.groups = np.array_split(self.selection_rng.permutation(self.num_users), per_global)
-        users = np.sort(self.groups[r % per_global])
-        round_samples = sample_round(
+        self.groups, users = select_round(
+            self.groups,
+            self.selection_rng,
+            aggregation_round=r,
+            num_users=self.num_users,
+            per_global=per_global,
+            selection=c.selection,
+        )
+        updates, new_rows = train_clients(
+            c,
             self.clients,
             users,
             round_rng(c.seed, r),
-            num_negatives=c.num_negatives,
-            local_epochs=c.local_epochs,
-        )
-        updates, new_rows = self.train_round(
-            c.model,
-            round_samples=round_samples,
             user_rows=self.user_store[torch.from_numpy(users)],
             items=self.items,
             network=self.network,
-            lr=c.lr,
-            batch_size=c.batch_size,
-            **self.extra,
+            train_round=self.train_round,
+            extras=self.extra,
         )
         self.user_store[torch.from_numpy(users)] = new_rows
         self.participations += len(updates.num_samples)
         self.samples += int(np.sum(updates.num_samples))
         agg_start = time.perf_counter()
-        store = self.optimizer_store
         try:
-            if isinstance(store, FederatedOptimizerState):
-                self.items, self.network = store.aggregate(
-                    self.aggregator, items=self.items, network=self.network, updates=updates
-                )
-            else:
-                self.items, self.network = self.aggregator.aggregate(
-                    items=self.items, network=self.network, updates=updates
-                )
+            self.items, self.network = aggregate_round(
+                self.aggregator,
+                self.optimizer_store,
+                items=self.items,
+                network=self.network,
+                updates=updates,
+            )
         except SecAggAborted:
             self.aborted += 1
         now = time.perf_counter()

@@ -245,6 +245,89 @@ class FederatedResult:
     loss_history: list[float]  # per round: the sampled clients' mean loss on their first batch
 
 
+# One round's pieces: train_federated and the Flower apps (fedrec.federation.flower_fel) both
+# call these, so a round is written once.
+
+
+def train_rows_of(data: ClickData) -> list[np.ndarray]:
+    """Every client's training rows (its non-test samples)."""
+    return [
+        np.arange(data.indptr[u], data.indptr[u + 1])[
+            ~data.is_test[data.indptr[u] : data.indptr[u + 1]]
+        ]
+        for u in range(data.num_clients)
+    ]
+
+
+def noise_multiplier_of(config: FedConfig) -> float | None:
+    """z of DP-FedAvg: ``dp.noise_multiplier``, or the one that spends ``dp.target_epsilon`` over
+    the run (None without DP)."""
+    dp = config.dp
+    if dp is None:
+        return None
+    if (dp.noise_multiplier is None) == (dp.target_epsilon is None):
+        raise ValueError("DPConfig needs exactly one of noise_multiplier and target_epsilon")
+    if dp.noise_multiplier is not None:
+        return dp.noise_multiplier
+    return noise_multiplier_for(dp.target_epsilon, dp.delta, config.sample_rate, config.rounds)
+
+
+def select_clients(
+    rng: np.random.Generator, assignment: np.ndarray, has_train: np.ndarray, config: FedConfig
+) -> np.ndarray:
+    """A round's chosen clients, sorted: Poisson sampling with rate ``sample_rate`` among the
+    clients with training rows and, without DP and with ``fill_empty_clusters``, one client at
+    random for each cluster that drew none."""
+    k = int(assignment.max()) + 1
+    chosen = (rng.random(len(assignment)) < config.sample_rate) & has_train
+    if config.dp is None and config.fill_empty_clusters:  # at least one client per cluster
+        for c in range(k):
+            if not chosen[assignment == c].any():
+                members = np.flatnonzero((assignment == c) & has_train)
+                if len(members):
+                    chosen[rng.choice(members)] = True
+    return np.flatnonzero(chosen)
+
+
+def aggregate_leaves(
+    flat: torch.Tensor,
+    clients: np.ndarray,
+    num_samples: np.ndarray,
+    deltas: torch.Tensor,
+    assignment: np.ndarray,
+    config: FedConfig,
+    *,
+    noise_multiplier: float | None,
+    denominator: torch.Tensor,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """(K, P) the leaves after a round from the chosen ``clients``' (C, P) ``deltas`` and
+    training rows ``num_samples``: FedAvg with weights n_k / N inside each cluster or, with DP,
+    :func:`~fedrec.train.fel_privacy.dp_aggregate` (clip, sum, noise from ``generator`` even for
+    a cluster without clients, divide by q N_c), times ``server_lr``."""
+    k = flat.shape[0]
+    cl = torch.as_tensor(assignment[clients])
+    deltas = deltas if len(clients) else torch.zeros(0, flat.shape[1])
+    dp = config.dp
+    if dp is None:
+        if not len(clients):
+            return flat
+        n = torch.as_tensor(num_samples, dtype=torch.float32)
+        w = n / torch.zeros(k).index_add_(0, cl, n)[cl]  # n_k / N within each cluster
+        step = torch.zeros_like(flat).index_add_(0, cl, w[:, None] * deltas)
+    else:
+        step = dp_aggregate(
+            deltas,
+            cl,
+            k,
+            clip_norm=dp.clip_norm,
+            noise_multiplier=float(noise_multiplier),
+            denominator=denominator,
+            generator=generator,
+        )
+    return flat + config.server_lr * step
+
+
 def train_federated(
     data: ClickData,
     assignment: np.ndarray,
@@ -267,42 +350,20 @@ def train_federated(
         raise ValueError("assignment must number the clusters 0..K-1, none of them empty")
     rng = np.random.default_rng(config.seed)
     gen = torch.Generator().manual_seed(config.seed + 1)
-    train_rows = [
-        np.arange(data.indptr[u], data.indptr[u + 1])[
-            ~data.is_test[data.indptr[u] : data.indptr[u + 1]]
-        ]
-        for u in range(data.num_clients)
-    ]
+    train_rows = train_rows_of(data)
     has_train = np.array([len(r) > 0 for r in train_rows])
     sizes = np.bincount(assignment, minlength=k)
     q = config.sample_rate
-    dp = config.dp
-    z = None
-    if dp is not None:
-        if (dp.noise_multiplier is None) == (dp.target_epsilon is None):
-            raise ValueError("DPConfig needs exactly one of noise_multiplier and target_epsilon")
-        z = (
-            dp.noise_multiplier
-            if dp.noise_multiplier is not None
-            else noise_multiplier_for(dp.target_epsilon, dp.delta, q, config.rounds)
-        )
+    z = noise_multiplier_of(config)
     params = init_params(data, config.leaf, k, config.seed)
     denominator = torch.as_tensor(q * sizes, dtype=torch.float32)
     updates, history = 0, []
     for _ in range(config.rounds):
-        chosen = (rng.random(data.num_clients) < q) & has_train
-        if dp is None and config.fill_empty_clusters:  # at least one client per cluster
-            for c in range(k):
-                if not chosen[assignment == c].any():
-                    members = np.flatnonzero((assignment == c) & has_train)
-                    if len(members):
-                        chosen[rng.choice(members)] = True
-        clients = np.flatnonzero(chosen)
+        clients = select_clients(rng, assignment, has_train, config)
         flat = flatten(params)
-        cl = torch.as_tensor(assignment[clients])
         deltas = torch.zeros(0, flat.shape[1])
         if len(clients):
-            start = {n: t[cl] for n, t in params.items()}
+            start = {n: t[torch.as_tensor(assignment[clients])] for n, t in params.items()}
             index, mask = client_schedules(data, clients, train_rows, config, rng)
             trained, first_loss = local_train(start, data, index, mask, config.client_lr, offset)
             deltas = flatten(trained) - flatten(start)
@@ -310,27 +371,25 @@ def train_federated(
             history.append(first_loss)
         if progress is not None:
             progress(1)
-        if dp is None:
-            if not len(clients):
-                continue
-            n = torch.as_tensor([len(train_rows[c]) for c in clients], dtype=torch.float32)
-            w = n / torch.zeros(k).index_add_(0, cl, n)[cl]  # n_k / N within each cluster
-            step = torch.zeros_like(flat).index_add_(0, cl, w[:, None] * deltas)
-        else:  # the noise is added even in a round where no client of a cluster was sampled
-            step = dp_aggregate(
+        num_samples = np.array([len(train_rows[c]) for c in clients], np.int64)
+        params = unflatten(
+            aggregate_leaves(
+                flat,
+                clients,
+                num_samples,
                 deltas,
-                cl,
-                k,
-                clip_norm=dp.clip_norm,
+                assignment,
+                config,
                 noise_multiplier=z,
                 denominator=denominator,
                 generator=gen,
-            )
-        params = unflatten(flat + config.server_lr * step, params)
+            ),
+            params,
+        )
     privacy = None
-    if dp is not None:
+    if config.dp is not None:
         mech = GaussianMechanism(float(z), q, config.rounds)
-        privacy = fel_epsilon({c: [mech] for c in range(k)}, dp.delta)
+        privacy = fel_epsilon({c: [mech] for c in range(k)}, config.dp.delta)
     return FederatedResult(params, assignment, updates, z, privacy, history)
 
 

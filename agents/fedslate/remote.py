@@ -21,14 +21,23 @@ is the in-process run's, byte for byte.
 Processes bind to 127.0.0.1 on a port the OS picks (port 0), every call has a deadline, and the
 processes are stopped by :meth:`RemoteParties.close` (also from the agent's ``close`` / ``with``
 block, when the object is collected, and at interpreter exit). The launcher stops its parties
-when its stdin closes (the driver closed it, or died), and a party exits when its launcher is
-gone.
+when its stdin closes (the driver closed it, or died) or when the driver dies (a parent-death
+signal, :mod:`fedrec.federation.supervisor`), and a party is killed when its launcher dies.
+
+**Keys.** Every call is authenticated (:mod:`fedrec.federation.grpc_transport`). Each party
+makes its own control key after it is forked and tells it only to the driver, through the
+launcher's stdout pipe: only the driver can call a party (``state_dict``, ``load_state_dict``,
+any method). The server's mailbox makes one key per party and one for the driver when it is
+initialised; the driver hands each platform its key in the platform's ``init`` call. A mailbox
+key lets its party take only its own messages and send only as itself. No key is in argv, the
+environment or a file.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import select
 import signal
@@ -48,20 +57,28 @@ from fedrec.agents.fedslate.config import FedSlateConfig
 from fedrec.envs.choc_kale_model import ChocKaleParams
 from fedrec.federation.channel import Channel, Traffic
 from fedrec.federation.grpc_transport import (
-    DEFAULT_MAX_GRPC_BYTES,
     DEFAULT_TIMEOUT_S,
+    DRIVER,
+    KEY_HEADER,
+    AuthenticationError,
     GrpcTransport,
     LocalMailboxTransport,
+    Mailbox,
     MailboxServer,
+    TLSFiles,
     call_unary,
     dumps,
     loads,
+    new_key,
+    open_channel,
     require_grpc,
 )
 from fedrec.federation.messages import SERVER, InvalidMessage, PrivacyViolation
+from fedrec.federation.supervisor import alive, die_with_parent, terminate
 
 PARTY_SERVICE = "fedrec.Party"
-#: The line a party process prints on stdout once its gRPC server listens (name, pid, port).
+#: The line a party process prints on stdout once its gRPC server listens (name, pid, port and
+#: its control key: the launcher's stdout is a pipe only the driver reads).
 READY = "FEDREC_PARTY_READY"
 #: The environment variable that marks the launcher and its parties (a token per agent).
 TOKEN_VARIABLE = "FEDREC_PARTIES_TOKEN"
@@ -82,6 +99,7 @@ ERRORS: dict[str, type[Exception]] = {
         IndexError,
         RuntimeError,
         TimeoutError,
+        AuthenticationError,
     )
 }
 #: What the driver may ask each role to do (the party side refuses anything else).
@@ -120,8 +138,9 @@ SERVER_METHODS = frozenset(
 )
 
 
-class RemotePartyError(RuntimeError):
-    """A party process failed in a way that has no matching exception here (or died)."""
+class RemotePartyError(ChildProcessError, RuntimeError):
+    """A party process failed in a way that has no matching exception here (or died). An
+    ``OSError`` (``ChildProcessError``), so ``fedrec train`` reports it in one line."""
 
 
 # ====================================================================== party side
@@ -137,8 +156,10 @@ class _PartyHost:
         self.lock = threading.Lock()
         self.stopped = threading.Event()
 
-    def handle(self, request: bytes, context: Any) -> bytes:
-        del context
+    def handle(self, request: bytes, caller: str) -> bytes:
+        """Run one driver call (the server let it through with the driver's key only)."""
+        if caller != DRIVER:
+            raise AuthenticationError(f"only the driver calls a party, not {caller!r}")
         with self.lock:
             try:
                 call = loads(request)
@@ -201,7 +222,9 @@ class _PartyHost:
         feedback: bool = False,
         state_dim: int = 0,
         mailbox: str = "",
-    ) -> int:
+        mailbox_key: str = "",
+        tls: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
         import torch
 
         from fedrec.agents.fedslate.platform import Platform
@@ -210,10 +233,17 @@ class _PartyHost:
         torch.set_num_threads(int(torch_threads))
         fed_config = FedSlateConfig(**config)
         chock_params = ChocKaleParams(**params)
+        keys: dict[str, str] = {}
         if self.role == "server":
-            transport: Any = LocalMailboxTransport(self.mailbox)
+            keys = self.mailbox.open([SERVER, *platforms])
+            transport: Any = LocalMailboxTransport(self.mailbox, SERVER)
         else:
-            transport = GrpcTransport(mailbox, timeout_s=timeout_s)
+            transport = GrpcTransport(
+                mailbox,
+                key=mailbox_key,
+                timeout_s=timeout_s,
+                tls=None if tls is None else TLSFiles(**tls),
+            )
         self.channel = Channel(
             platforms, num_candidates=chock_params.num_candidates, transport=transport
         )
@@ -235,20 +265,26 @@ class _PartyHost:
                 channel=self.channel,
                 seed=seed,
             )
-        return os.getpid()
+        return {"pid": os.getpid(), "mailbox_keys": keys}
 
 
-def _run_party(role: str, name: str, launcher_pid: int) -> None:
-    """A party process (forked by the launcher): serve the control service (and, for the
-    server, the mailbox) on a free loopback port, print it, and run until told to stop, or
-    until the launcher is gone."""
+def _run_party(role: str, name: str, launcher_pid: int, tls: TLSFiles | None) -> None:
+    """A party process (forked by the launcher): make its control key, serve the control
+    service (and, for the server, the mailbox) on a free loopback port, print the port and the
+    key to the driver, and run until told to stop, or until the launcher is gone (the kernel
+    kills it then: parent-death signal)."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    host = _PartyHost(role)
+    die_with_parent(launcher_pid, signal.SIGKILL)
+    host, key = _PartyHost(role), new_key()  # made after the fork: no other party has it
     server = MailboxServer(
-        host=HOST, services={PARTY_SERVICE: {"Call": host.handle}}, mailbox=role == "server"
+        host=HOST,
+        services={PARTY_SERVICE: {"Call": host.handle}},
+        keys={PARTY_SERVICE: {key: DRIVER}},
+        mailbox=Mailbox() if role == "server" else None,
+        tls=tls,
     )
     host.mailbox = server.mailbox
-    os.write(1, f"{READY} {name} {os.getpid()} {server.port}\n".encode())
+    os.write(1, f"{READY} {name} {os.getpid()} {server.port} {key}\n".encode())
     while not host.stopped.wait(0.2):
         if os.getppid() != launcher_pid:  # the launcher died: nobody can reach us any more
             break
@@ -256,13 +292,25 @@ def _run_party(role: str, name: str, launcher_pid: int) -> None:
 
 
 def _launch(argv: Sequence[str] | None = None) -> None:
-    """The launcher: import the parties' code once, then fork one process per ``spawn ROLE
-    NAME`` line read on stdin. When stdin closes (the driver closed it, or died) it stops
-    its parties and exits."""
+    """The launcher: import the parties' code once, then fork one process per JSON line
+    ``{"role": ROLE, "name": NAME, "tls": {...} | null}`` read on stdin. When stdin closes
+    (the driver closed it, or died) or the driver dies (parent-death signal) it stops its
+    parties and exits."""
     parser = argparse.ArgumentParser(prog="python -m fedrec.agents.fedslate.remote")
     parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's; it stops us
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # parties that exit are reaped at once
+    driver, children = os.getppid(), []
+
+    def parent_died(signum: int, frame: object) -> None:
+        # PR_SET_PDEATHSIG fires when the driver's *thread* that started us exits: act only
+        # when the driver process itself is gone (we were re-parented).
+        if os.getppid() != driver:
+            terminate(children, grace_s=2.0)
+            os._exit(1)
+
+    signal.signal(signal.SIGUSR1, parent_died)
+    die_with_parent(driver, signal.SIGUSR1)
     # PyTorch and the parties' code are imported (this module's imports); the first optimiser
     # imports torch._dynamo (seconds), so one is built here, once, for every fork. Nothing here
     # starts a thread: the launcher stays single-threaded, which keeps fork safe.
@@ -272,18 +320,23 @@ def _launch(argv: Sequence[str] | None = None) -> None:
 
     torch.set_num_threads(1)
     _adam([torch.zeros(1, requires_grad=True)], 1e-3)
-    me, children = os.getpid(), []
+    me = os.getpid()
     os.write(1, f"{LAUNCHER_READY}\n".encode())
     for line in sys.stdin:
-        words = line.split()
-        if len(words) != 3 or words[0] != "spawn" or words[1] not in ("server", "platform"):
-            print(f"launcher: ignored command {line.strip()!r}", file=sys.stderr, flush=True)
+        try:
+            command = json.loads(line)
+            role, name = command["role"], command["name"]
+            tls = None if command.get("tls") is None else TLSFiles(**command["tls"])
+            if role not in ("server", "platform") or not isinstance(name, str):
+                raise ValueError(role)
+        except (ValueError, KeyError, TypeError):
+            print(f"launcher: ignored command {line.strip()[:200]!r}", file=sys.stderr, flush=True)
             continue
         pid = os.fork()
         if pid == 0:
             code = 0
             try:
-                _run_party(words[1], words[2], me)
+                _run_party(role, name, me, tls)
             except BaseException:
                 import traceback
 
@@ -293,36 +346,7 @@ def _launch(argv: Sequence[str] | None = None) -> None:
                 sys.stderr.flush()
                 os._exit(code)
         children.append(pid)
-    _kill_all(children, grace_s=5.0)
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, exited but not yet reaped, does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rpartition(b")")[2].split()[0] != b"Z"
-    except (OSError, IndexError):  # no /proc (macOS), or it just went away
-        return True
-
-
-def _kill_all(pids: Sequence[int], *, grace_s: float) -> None:
-    """SIGTERM, then SIGKILL what is still there after ``grace_s``."""
-    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        for pid in pids:
-            if _alive(pid):
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + wait
-        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
-            time.sleep(0.02)
+    terminate(children, grace_s=5.0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -364,22 +388,23 @@ class Launcher:
         tail = self.stderr_tail()
         return f"; the parties' stderr ends with:\n{tail}" if tail else ""
 
-    def spawn(self, role: str, name: str) -> None:
+    def spawn(self, role: str, name: str, tls: TLSFiles | None = None) -> None:
         assert self.proc.stdin is not None
-        self.proc.stdin.write(f"spawn {role} {name}\n".encode())
+        command = {"role": role, "name": name, "tls": None if tls is None else vars(tls)}
+        self.proc.stdin.write(json.dumps(command).encode() + b"\n")
         self.proc.stdin.flush()
 
-    def wait_ready(self, names: Sequence[str], timeout_s: float) -> dict[str, tuple[int, int]]:
-        """``{name: (pid, port)}`` of the named parties, once each has printed its port (a
-        bounded wait)."""
+    def wait_ready(self, names: Sequence[str], timeout_s: float) -> dict[str, tuple[int, int, str]]:
+        """``{name: (pid, port, control key)}`` of the named parties, once each has printed its
+        port (a bounded wait)."""
         assert self.proc.stdout is not None
         fd, deadline = self.proc.stdout.fileno(), time.monotonic() + timeout_s
         while True:
             found = {}
             for line in self._text.decode("utf-8", "replace").splitlines(keepends=True):
                 words = line.split()
-                if line.endswith("\n") and len(words) == 4 and words[0] == READY:
-                    found[words[1]] = (int(words[2]), int(words[3]))
+                if line.endswith("\n") and len(words) == 5 and words[0] == READY:
+                    found[words[1]] = (int(words[2]), int(words[3]), words[4])
             if all(name in found for name in names):
                 self.ready = True
                 return {name: found[name] for name in names}
@@ -405,23 +430,25 @@ class PartyProcess:
     through."""
 
     def __init__(
-        self, name: str, *, pid: int, port: int, timeout_s: float, launcher: Launcher
+        self,
+        name: str,
+        *,
+        pid: int,
+        port: int,
+        key: str,
+        timeout_s: float,
+        launcher: Launcher,
+        tls: TLSFiles | None = None,
     ) -> None:
-        grpc = require_grpc()
         self.name, self.pid, self.timeout_s = name, pid, float(timeout_s)
         self.address = f"{HOST}:{int(port)}"
         self._launcher = launcher
-        self._channel = grpc.insecure_channel(
-            self.address,
-            options=[
-                ("grpc.max_send_message_length", DEFAULT_MAX_GRPC_BYTES),
-                ("grpc.max_receive_message_length", DEFAULT_MAX_GRPC_BYTES),
-            ],
-        )
+        self._metadata = ((KEY_HEADER, key),)
+        self._channel = open_channel(self.address, tls=tls)
         self._call = self._channel.unary_unary(f"/{PARTY_SERVICE}/Call")
 
     def alive(self) -> bool:
-        return _alive(self.pid)
+        return alive(self.pid)
 
     def call(self, method: str, *, step: int = 0, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         """Run ``method`` on the party; its exception is raised here, named after the party."""
@@ -433,6 +460,7 @@ class PartyProcess:
                     dumps({"method": method, "step": int(step), "kwargs": kwargs}),
                     timeout_s=self.timeout_s,
                     what=what,
+                    metadata=self._metadata,
                 )
             )
         except (ConnectionError, TimeoutError, RuntimeError) as error:
@@ -485,7 +513,7 @@ def _stop_processes(
         if proc.stdout is not None:
             proc.stdout.close()
         launcher.log.close()
-    _kill_all(pids, grace_s=2.0)  # only if the launcher could not stop them
+    terminate(pids, grace_s=2.0)  # only if the launcher could not stop them
     launchers.clear()
     processes.clear()
     closables.clear()
@@ -691,6 +719,9 @@ class RemoteParties:
     :param seeds: one seed per platform, then the server's (as the in-process agent draws them).
     :param timeout_s: deadline of every call to a party (and of the parties' mailbox calls).
     :param startup_timeout_s: how long each process may take to start listening.
+    :param tls: serve every party's gRPC with this certificate and key, and dial them trusting
+        it (:class:`~fedrec.federation.grpc_transport.TLSFiles`); default: loopback without
+        TLS (the calls are authenticated either way).
     """
 
     def __init__(
@@ -704,6 +735,7 @@ class RemoteParties:
         seeds: Sequence[int],
         timeout_s: float = DEFAULT_TIMEOUT_S,
         startup_timeout_s: float = 120.0,
+        tls: TLSFiles | None = None,
     ) -> None:
         require_grpc()
         import torch
@@ -721,11 +753,19 @@ class RemoteParties:
             self._launchers.append(launcher)
             roles = {SERVER: "server"} | {name: "platform" for name in self.names}
             for name, role in roles.items():
-                launcher.spawn(role, name)
+                launcher.spawn(role, name, tls)
             ready = launcher.wait_ready(list(roles), startup_timeout_s)
-            for name, (pid, port) in ready.items():
+            for name, (pid, port, key) in ready.items():
                 self._processes.append(
-                    PartyProcess(name, pid=pid, port=port, timeout_s=timeout_s, launcher=launcher)
+                    PartyProcess(
+                        name,
+                        pid=pid,
+                        port=port,
+                        key=key,
+                        timeout_s=timeout_s,
+                        launcher=launcher,
+                        tls=tls,
+                    )
                 )
             server, *platform_processes = self._processes
             common = {
@@ -737,7 +777,9 @@ class RemoteParties:
                 "torch_threads": torch.get_num_threads(),
                 "timeout_s": float(timeout_s),
             }
-            server.call("init", seed=int(seeds[-1]), **common)
+            (init, _) = server.call("init", seed=int(seeds[-1]), **common)
+            keys = init["mailbox_keys"]
+            tls_fields = None if tls is None else vars(tls)
             for i, (name, process) in enumerate(zip(self.names, platform_processes, strict=True)):
                 process.call(
                     "init",
@@ -746,6 +788,8 @@ class RemoteParties:
                     state_dim=int(state_dims[name]),
                     seed=int(seeds[i]),
                     mailbox=server.address,
+                    mailbox_key=keys[name],
+                    tls=tls_fields,
                     **common,
                 )
             self.server = RemoteServer(server, self)
@@ -753,7 +797,9 @@ class RemoteParties:
                 name: RemotePlatform(process, self, feedback=bool(feedback[name]))
                 for name, process in zip(self.names, platform_processes, strict=True)
             }
-            transport = GrpcTransport(server.address, timeout_s=timeout_s)
+            transport = GrpcTransport(
+                server.address, key=keys[DRIVER], timeout_s=timeout_s, tls=tls
+            )
             self._closables.append(transport)
             self.channel = GatheredChannel(
                 self.names,

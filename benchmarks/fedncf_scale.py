@@ -84,7 +84,7 @@ from fedrec.envs.datasets.synthetic_clients import (  # noqa: F401  (re-exported
     Shape,
     synthetic_clients,
 )
-from fedrec.federation.aggregators import make_aggregator
+from fedrec.federation.registry import make_aggregator
 from fedrec.train.fedncf import (
     ClientData,
     FedNCFConfig,

@@ -69,13 +69,11 @@ def in_process(data: Any, config: FedConfig) -> dict[str, Any]:
 
 
 def _ci(values: list[float]) -> tuple[float, float | None]:
-    """Mean and 95 % t half-width (None from one value)."""
-    from scipy import stats
+    """Mean and 95 % t half-width (None from one value): :func:`fedrec.eval.stats.mean_ci`."""
+    from fedrec.eval.stats import mean_ci
 
-    if len(values) < 2:
-        return float(np.mean(values)), None
-    half = stats.t.ppf(0.975, len(values) - 1) * np.std(values, ddof=1) / math.sqrt(len(values))
-    return float(np.mean(values)), float(half)
+    mean, half = mean_ci(values, 0.95)
+    return mean, None if math.isnan(half) else half
 
 
 def main() -> None:

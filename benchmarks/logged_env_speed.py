@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gymnasium.vector import AutoresetMode
+from gymnasium.vector import AutoresetMode, VectorEnv
 
 from fedrec.envs.datasets.environments import LoggedInteractionVectorEnv
 from fedrec.envs.datasets.preprocess import PreparedData
@@ -154,7 +154,7 @@ class LoopInteractionVectorEnv(LoggedInteractionVectorEnv):
         )
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        super(LoggedInteractionVectorEnv, self).reset(seed=seed)
+        VectorEnv.reset(self, seed=seed)
         mask = reset_mask(options, self.num_envs, started=self._started)
         for i in np.flatnonzero(mask):
             self.core.reset_slot(self.np_random, i, None)

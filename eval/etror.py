@@ -3,7 +3,9 @@
 A training run directory (written by the training loop) holds ``config.json``, ``episodes.csv``
 (one row per completed training episode: ``episode,step,return,length``, or several return
 columns ``return/<platform>`` for multi-platform runs) and, once finished, ``final_eval.json``
-(the greedy agent and the reference policies on the same held-out episodes). Every column named
+(the greedy agent and the reference policies on the same held-out episodes); a compacted run
+(committed results) has its curve summary ``curve.json.gz`` instead of the log, which gives every
+metric below bit for bit (:mod:`fedrec.eval.curves`). Every column named
 ``return`` or ``return/...`` is a *return series*; every metric is computed per series. A run with
 two or more platform columns also has the derived series ``return/joint`` (:data:`JOINT_SERIES`).
 
@@ -47,6 +49,7 @@ Definitions (see ``docs/metrics.md`` for the reasoning):
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -58,6 +61,13 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
+from fedrec.eval.curves import (
+    CURVE_FILE,
+    CurveSummary,
+    cumulative_returns,
+    moving_average,
+    read_curve_summary,
+)
 from fedrec.eval.stats import column_mean_ci, mean_ci, welch_ci
 
 REQUIRED_COLUMNS = ("episode", "step", "length")
@@ -139,13 +149,15 @@ def learning_curve(
     ``window`` returns (episodes ``e - window + 1 .. e``). Empty arrays for runs shorter than
     ``window``.
     """
+    _check_curve_options(log_every, window)
+    values = np.asarray(returns, dtype=np.float64).reshape(-1)
+    cumulative = cumulative_returns(values)
+    return moving_average(lambda e: cumulative[e], len(values), log_every=log_every, window=window)
+
+
+def _check_curve_options(log_every: int, window: int) -> None:
     if log_every < 1 or window < 1:
         raise ValueError(f"log_every and window must be >= 1, got {log_every}, {window}")
-    values = np.asarray(returns, dtype=np.float64).reshape(-1)
-    first = math.ceil(window / log_every) * log_every
-    episodes = np.arange(first, len(values) + 1, log_every, dtype=np.int64)
-    cumulative = np.concatenate([[0.0], np.cumsum(values)])
-    return episodes, (cumulative[episodes] - cumulative[episodes - window]) / window
 
 
 def threshold(target: float, *, tolerance: float = 0.01, relative: bool = True) -> float:
@@ -211,6 +223,28 @@ def run_metrics(
     """Curve, paper-style optimal reward, plateau and ETROR(s) of one series of episode returns."""
     returns = np.asarray(returns, dtype=np.float64).reshape(-1)
     episodes, values = learning_curve(returns, log_every=log_every, window=window)
+    return curve_metrics(
+        episodes,
+        values,
+        len(returns),
+        tail=tail,
+        tolerance=tolerance,
+        relative=relative,
+        target=target,
+    )
+
+
+def curve_metrics(
+    episodes: np.ndarray,
+    values: np.ndarray,
+    total_episodes: int,
+    *,
+    tail: float = 0.2,
+    tolerance: float = 0.01,
+    relative: bool = True,
+    target: float | None = None,
+) -> CurveMetrics:
+    """:func:`run_metrics` of a learning curve already computed (``total_episodes`` logged)."""
     if len(values) == 0:
         best, best_episode = math.nan, math.nan
     else:
@@ -220,7 +254,7 @@ def run_metrics(
     return CurveMetrics(
         episodes=episodes,
         values=values,
-        total_episodes=len(returns),
+        total_episodes=total_episodes,
         optimal_reward=best,
         optimal_episode=best_episode,
         plateau=level,
@@ -300,17 +334,31 @@ class FinalEval:
 
 @dataclass(frozen=True, eq=False)
 class RunLog:
-    """One training run directory, loaded: config, episode table, optional final evaluation."""
+    """One training run directory, loaded: config, episode table, optional final evaluation.
+
+    A compacted run (committed results) has no episode table (``episodes`` is None) but its
+    curve summary (``curves``, :mod:`fedrec.eval.curves`): every metric reads the same from it;
+    only :meth:`returns`, the per-episode returns themselves, is then unavailable.
+    """
 
     path: Path
     config: Mapping[str, Any]
-    episodes: pd.DataFrame
+    episodes: pd.DataFrame | None
     final_eval: Mapping[str, Any] | None = None
+    curves: CurveSummary | None = None
 
     @property
     def series(self) -> list[str]:
         """The return columns: ``return`` and/or ``return/<platform>``."""
+        if self.episodes is None:
+            return list(self._summary.columns)
         return [c for c in self.episodes.columns if c == "return" or c.startswith("return/")]
+
+    @property
+    def _summary(self) -> CurveSummary:
+        if self.curves is None:
+            raise ValueError(f"{self.path}: neither an episode table nor a curve summary")
+        return self.curves
 
     @property
     def platform_series(self) -> list[str]:
@@ -336,10 +384,53 @@ class RunLog:
         return self.final_eval.get("diagnostics") or {}
 
     def returns(self, series: str = "return") -> np.ndarray:
-        """One series' training returns; ``return/joint`` is the row sum of the platform columns."""
+        """One series' training returns; ``return/joint`` is the row sum of the platform columns.
+
+        :raises ValueError: the run is compacted (only its curve summary is kept).
+        """
+        if self.episodes is None:
+            raise ValueError(
+                f"{self.path}: its per-episode log was compacted into {CURVE_FILE}; the "
+                "learning curve and every metric are there, the per-episode returns are not"
+            )
         if series == JOINT_SERIES and self.joint:
             return self.episodes[self.platform_series].sum(axis=1).to_numpy(dtype=np.float64)
         return self.episodes[series].to_numpy(dtype=np.float64)
+
+    def curve_metrics(
+        self,
+        series: str,
+        *,
+        log_every: int = 20,
+        window: int = 100,
+        tail: float = 0.2,
+        tolerance: float = 0.01,
+        relative: bool = True,
+        target: float | None = None,
+    ) -> CurveMetrics:
+        """:func:`run_metrics` of one series: from the episode table, or from the curve summary
+        of a compacted run (the same numbers, bit for bit)."""
+        options = {"tail": tail, "tolerance": tolerance, "relative": relative, "target": target}
+        if self.episodes is not None:
+            return run_metrics(self.returns(series), log_every=log_every, window=window, **options)
+        _check_curve_options(log_every, window)
+        summary = self._summary
+        episodes, values = summary.learning_curve(
+            series, log_every=log_every, window=window, where=self.path
+        )
+        return curve_metrics(episodes, values, summary.rows, **options)
+
+    def return_range(self, series: str) -> tuple[float, float, int]:
+        """The smallest and largest finite training return of ``series`` (NaN without any) and
+        how many returns are finite."""
+        if self.episodes is None:
+            curve = self._summary.series[series]
+            return curve.low, curve.high, curve.finite
+        returns = self.returns(series)
+        finite = returns[np.isfinite(returns)]
+        if not len(finite):
+            return math.nan, math.nan, 0
+        return float(finite.min()), float(finite.max()), len(finite)
 
     @property
     def agent(self) -> str:
@@ -465,17 +556,38 @@ def _policy_entry(entry: Any, series: str, run: Path) -> PolicyEval | None:
 
 
 def _read_json(path: Path) -> Any:
+    """A JSON file, or a gzipped one (``*.json.gz``, as compacted runs keep them)."""
     try:
+        if path.suffix == ".gz":
+            try:
+                return json.loads(gzip.decompress(path.read_bytes()))
+            except (OSError, EOFError) as error:
+                raise ValueError(f"{path}: not a gzip file ({error})") from None
         return json.loads(path.read_text())
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not valid JSON ({error})") from None
+
+
+def run_file(run_dir: str | Path, name: str) -> Path:
+    """``run_dir/name``, or ``run_dir/name.gz`` where only that exists (a compacted run keeps
+    ``final_eval.json`` and ``references.json`` gzipped; a finished run is one where
+    ``run_file(run, "final_eval.json").is_file()``).
+
+    :raises ValueError: both exist (which one holds the run's record would be ambiguous).
+    """
+    plain, packed = Path(run_dir) / name, Path(run_dir) / f"{name}.gz"
+    if plain.exists() and packed.exists():
+        raise ValueError(f"{plain} and {packed.name} both exist: keep one")
+    return packed if packed.exists() else plain
 
 
 def load_run(path: str | Path) -> RunLog:
     """Load a run directory; errors name the file and what is wrong with it.
 
     A finished run's log may be archived as ``episodes.csv.gz`` (gzip; read when ``episodes.csv``
-    is absent): the committed long runs keep their logs that way.
+    is absent), or replaced by its curve summary ``curve.json.gz`` (read when neither exists;
+    :mod:`fedrec.eval.curves`); ``final_eval.json`` and ``references.json`` may be gzipped
+    (``*.json.gz``): the committed results are kept that way.
 
     :raises FileNotFoundError: the directory, ``config.json`` or ``episodes.csv`` is missing.
     :raises ValueError: a file is malformed (bad JSON, missing fields or columns, non-numbers).
@@ -488,11 +600,13 @@ def load_run(path: str | Path) -> RunLog:
     config_path, csv_path, final_path = (
         path / "config.json",
         path / "episodes.csv",
-        path / "final_eval.json",
+        run_file(path, "final_eval.json"),
     )
     if not csv_path.is_file() and (path / "episodes.csv.gz").is_file():
         csv_path = path / "episodes.csv.gz"  # pandas decompresses by the file name
-    for required in (config_path, csv_path):
+    summary_path = path / CURVE_FILE
+    compacted = not csv_path.is_file() and summary_path.is_file()
+    for required in (config_path, *(() if compacted else (csv_path,))):
         if not required.is_file():
             raise FileNotFoundError(f"{required} is missing: {path} is not a training run")
     config = _read_json(config_path)
@@ -501,7 +615,8 @@ def load_run(path: str | Path) -> RunLog:
     missing = [key for key in ("agent", "env_id") if key not in config]
     if missing:
         raise ValueError(f"{config_path}: missing {', '.join(missing)}")
-    episodes = _read_episodes(csv_path)
+    episodes = None if compacted else _read_episodes(csv_path)
+    curves = read_curve_summary(summary_path) if compacted else None
     final = None
     if final_path.is_file():
         final = _read_json(final_path)
@@ -511,8 +626,8 @@ def load_run(path: str | Path) -> RunLog:
             _check_policy_entry(entry, f"{final_path}: policy {name!r}")
         if "diagnostics" in final:
             _check_diagnostics(final["diagnostics"], f"{final_path}: diagnostics")
-        final = _with_added_references(final, path / "references.json")
-    run = RunLog(path=path, config=config, episodes=episodes, final_eval=final)
+        final = _with_added_references(final, run_file(path, "references.json"))
+    run = RunLog(path=path, config=config, episodes=episodes, final_eval=final, curves=curves)
     for series in run.reported_series:  # parse final_eval.json's entries now, not when printing
         run.final(series)
     return run
@@ -793,7 +908,8 @@ def _across_seeds(finals: Sequence[FinalEval], name: str, *, confidence: float) 
 def in_unit_interval(runs: Sequence[RunLog], series: str) -> bool:
     """Whether every value of ``series`` in ``runs`` lies in [0, 1]: all episode returns and every
     final-evaluation mean and return (HR@K, NDCG@K, click rates rather than summed rewards)."""
-    values = [run.returns(series) for run in runs if series in run.reported_series]
+    ranges = [run.return_range(series) for run in runs if series in run.reported_series]
+    values = []
     for run in runs:
         final = run.final(series)
         for policy in (final.agent, *final.references.values()):
@@ -802,7 +918,10 @@ def in_unit_interval(runs: Sequence[RunLog], series: str) -> bool:
                 if policy.returns is not None:
                     values.append(policy.returns)
     finite = np.concatenate([v[np.isfinite(v)] for v in values] or [np.zeros(0)])
-    return len(finite) > 0 and bool(((finite >= 0) & (finite <= 1)).all())
+    if len(finite):
+        ranges.append((float(finite.min()), float(finite.max()), len(finite)))
+    present = [(low, high) for low, high, count in ranges if count]
+    return bool(present) and all(low >= 0 and high <= 1 for low, high in present)
 
 
 def mean_curve(
@@ -897,7 +1016,7 @@ def aggregate(
         per_series = {}
         for series in names:
             having = [run for run in members if series in run.reported_series]
-            curves = [run_metrics(run.returns(series), **options) for run in having]
+            curves = [run.curve_metrics(series, **options) for run in having]
             finals = [run.final(series, confidence=confidence) for run in having]
 
             def across(values: list[float]) -> Estimate:

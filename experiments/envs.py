@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 # The targets are "on one core": keep BLAS/OpenMP pools to one thread. This only affects libraries
@@ -540,12 +541,26 @@ def _pinned(cpu: int | None) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
+def check_json_out(path: Path, config: BenchConfig) -> None:
+    """Refuse (before measuring) a ``--json`` file that holds another configuration's results."""
+    if not path.exists():
+        return
+    from fedrec.experiments import harness
+
+    saved = harness.read_cached(
+        path, harness.record({"config": harness.record({})}), "fedrec bench envs JSON"
+    )
+    harness.check_same(path, saved["config"], dataclasses.asdict(config))
+
+
 def run(args: argparse.Namespace) -> int:
     """``fedrec bench envs``: measure, print the table, optionally save JSON."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     config = config_from_args(args)
+    if args.json:
+        check_json_out(Path(args.json), config)
     console = Console()
     recsim_available = config.include_recsim and _load_recsim()[0] is not None
     total = count_measurements(config, recsim_available)

@@ -12,8 +12,10 @@ NDCG@10 comes from the logged-data environment's evaluation mode. It prints, sid
   and its largest deviation from plain MF-FedAvg.
 
 It writes convergence plots (HR@10 per global round) and ``results.json`` into ``--out``. Every
-run is cached there as JSON under ``runs/`` keyed by its configuration, so an interrupted bench
-resumes and several invocations (e.g. one per aggregator) can fill one folder; a federated run
+run is cached there as JSON under ``runs/`` keyed by its configuration (and checked whole when
+read), so an interrupted bench resumes; a later call into the same folder must keep its settings
+and include the runs ``results.json`` summarises (it may add models, aggregators or seeds); the
+default folder is ``runs/bench/fedncf/HASH`` of the configuration. A federated run
 also checkpoints into its run directory beside the JSON, so a run killed midway resumes exactly
 where it stopped.
 """
@@ -29,19 +31,46 @@ import os
 import platform
 import statistics
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from fedrec.experiments import harness
+from fedrec.experiments.harness import option
+
 MODELS = ("gmf", "mlp", "neumf")
-PLAIN_AGGREGATORS = ("simpleavg", "fedavg", "mf-fedavg")
 CLIENT_OPTIMIZERS = ("federated", "persistent", "fresh")
-LABELS = {"simpleavg": "SimpleAvg", "fedavg": "FedAvg", "mf-fedavg": "MF-FedAvg"}
+
+
+#: The fields of :class:`BenchFedNCFConfig` that are :class:`~fedrec.train.fedncf.FedNCFConfig`'s
+#: (besides the aggregator): validated there.
+FED_FIELDS = (
+    "global_rounds",
+    "aggregation_rounds",
+    "clients_per_round",
+    "batch_size",
+    "eval_every",
+    "client_optimizer",
+    "selection",
+    "simulation",
+    "validation",
+)
+
+
+def _plain_aggregators() -> tuple[str, ...]:
+    """The plain rules of the aggregator registry (imported when needed: it loads torch)."""
+    from fedrec.federation.registry import PLAIN_AGGREGATOR_NAMES
+
+    return PLAIN_AGGREGATOR_NAMES
+
+
+def _label(name: str) -> str:
+    from fedrec.federation.registry import aggregator_label
+
+    return aggregator_label(name)
 
 
 @dataclass(frozen=True)
@@ -52,69 +81,63 @@ class BenchFedNCFConfig:
     """logged data set (fetched with ``fedrec data fetch``)."""
     data_dir: str | None = None
     """data directory (default: the fedrec cache)."""
-    models: tuple[str, ...] = ("gmf",)
-    """NCF models to train: any of gmf, mlp, neumf."""
-    aggregators: tuple[str, ...] = PLAIN_AGGREGATORS
-    """aggregation rules compared in table 5."""
+    models: tuple[str, ...] = option(
+        ("gmf",), flag="--model", choices=MODELS, cli_choices=(*MODELS, "all")
+    )
+    """NCF model(s) to train (all: every one)."""
+    aggregators: tuple[str, ...] | None = option(None, choices=_plain_aggregators)
+    """aggregation rules compared in table 5 (default: every plain rule of the registry)."""
     global_rounds: int = 400
     """passes over all clients (FedNCF's "epochs"); ignored when aggregation_rounds is set."""
     aggregation_rounds: int | None = None
     """train this many aggregation rounds instead."""
     clients_per_round: int = 20
     """clients per aggregation round (FedNCF: 20 for ML-100K)."""
-    seeds: int = 3
+    seeds: int = option(3, min=1)
     """seeds per configuration."""
-    first_seed: int = 0
+    first_seed: int = option(0, min=0)
     """the seeds are first_seed, first_seed + 1, ..."""
     eval_every: int = 10
     """evaluate every this many global rounds."""
     batch_size: int = 64
     """local mini-batch size."""
-    client_optimizer: str = "federated"
+    client_optimizer: str = option("federated", choices=CLIENT_OPTIMIZERS)
     """federated: the Adam state of items and network is aggregated like the weights (default);
     persistent: clients keep their own Adam state; fresh: a new Adam every participation."""
-    simulation: str = "batched"
+    simulation: str = option("batched", choices=("batched", "compiled"))
     """client simulation of the federated runs: "batched" (NumPy) or "compiled" (Numba kernel,
     about 2-3x faster; its runs differ from batched ones in float32 rounding)."""
-    selection: str = "permutation"
+    selection: str = option("permutation", choices=("permutation", "cohorts"))
     """client selection of the federated runs (``FedNCFConfig.selection``): "permutation" or
     "cohorts" (fixed groups in a new order every global round)."""
-    central_epochs: int = 20
+    central_epochs: int = option(20, min=1)
     """epochs of the centralised upper bound."""
     validation: bool = False
     """hold out a validation item per user in every run (federated and centralised) and report
     the test metrics at each run's best validation point next to the last point's."""
-    secagg_rounds: int = 3
+    secagg_rounds: int = option(3, min=0)
     """aggregation rounds timed with MF-SecAvg per model (0: skip table 8)."""
-    jobs: int = 1
+    jobs: int = option(1, min=1)
     """training runs in parallel (one process each)."""
-    out: str = "fedncf-bench"
-    """folder for the run cache, plots and results.json."""
+    out: str | None = None
+    """folder for the run cache, plots and results.json (default runs/bench/fedncf/HASH)."""
 
     def __post_init__(self) -> None:
-        bad = [m for m in self.models if m not in MODELS]
-        if bad or not self.models:
-            raise ValueError(f"models must be among {MODELS}, got {self.models}")
-        bad = [a for a in self.aggregators if a not in PLAIN_AGGREGATORS]
-        if bad or not self.aggregators:
-            raise ValueError(
-                f"aggregators must be among {PLAIN_AGGREGATORS}, got {self.aggregators}"
-            )
-        for name in ("seeds", "clients_per_round", "batch_size", "central_epochs", "jobs"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.secagg_rounds < 0 or self.eval_every < 0:
-            raise ValueError("secagg_rounds and eval_every must be >= 0")
-        if self.client_optimizer not in CLIENT_OPTIMIZERS:
-            raise ValueError(
-                f"client_optimizer must be one of {CLIENT_OPTIMIZERS}, got {self.client_optimizer!r}"
-            )
-        if self.selection not in ("permutation", "cohorts"):
-            raise ValueError(
-                f"selection must be 'permutation' or 'cohorts', got {self.selection!r}"
-            )
-        if self.simulation not in ("batched", "compiled"):
-            raise ValueError(f"simulation must be 'batched' or 'compiled', got {self.simulation!r}")
+        if self.aggregators is None:
+            object.__setattr__(self, "aggregators", _plain_aggregators())
+        harness.check_fields(self)
+        from fedrec.agents.ncf import NCFConfig
+        from fedrec.train.fedncf import FedNCFConfig
+
+        for aggregator in self.aggregators:  # the training settings: FedNCFConfig's own checks
+            FedNCFConfig(model=NCFConfig(model=self.models[0]), **self._fed_fields(aggregator))
+
+    def _fed_fields(self, aggregator: str) -> dict[str, Any]:
+        """The fields shared with :class:`fedrec.train.fedncf.FedNCFConfig`."""
+        return {
+            "aggregator": aggregator,
+            **{name: getattr(self, name) for name in FED_FIELDS},
+        }
 
     @property
     def seed_list(self) -> list[int]:
@@ -189,12 +212,6 @@ def _central_job(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _share_cores() -> None:
-    """A parallel job's process: one Numba thread for the compiled simulation (the jobs share the
-    cores; set before Numba is imported in the fresh, spawned process)."""
-    os.environ["NUMBA_NUM_THREADS"] = "1"
-
-
 def _run_job(spec: dict[str, Any]) -> dict[str, Any]:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
@@ -204,7 +221,7 @@ def _run_job(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cache_path(out: Path, spec: dict[str, Any]) -> Path:
-    key = {k: v for k, v in spec.items() if k not in ("progress", "run_dir")}
+    key = _spec_key(spec)
     digest = hashlib.sha1(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
     name = f"{spec['kind']}-{spec['model']}-{spec.get('aggregator', 'central')}-s{spec['seed']}"
     if "client_optimizer" in spec:
@@ -220,7 +237,8 @@ def run_all(
     config: BenchFedNCFConfig, *, log: Callable[[str], None] = print
 ) -> dict[tuple[str, ...], list[dict[str, Any]]]:
     """Every federated and centralised run of the bench (from the cache where present)."""
-    out = Path(config.out)
+    out = out_of(config)
+    check_out(config)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     specs = []
     for model in config.models:
@@ -259,7 +277,7 @@ def run_all(
         spec["progress"] = config.jobs == 1
         path = _cache_path(out, spec)
         if path.exists():
-            record = json.loads(path.read_text())
+            record = harness.read_cached(path, record_check(spec), "fedncf run cache file")
             log(f"cached: {path.name}")
             _add(results, record)
         else:
@@ -268,7 +286,7 @@ def run_all(
             todo.append((spec, path))
 
     def finish(record: dict[str, Any], path: Path) -> None:
-        path.write_text(json.dumps(record, indent=1))
+        harness.write_json(path, record)
         spec = record["spec"]
         log(
             f"done: {spec['kind']} {spec['model']} {spec.get('aggregator', '')} seed {spec['seed']}: "
@@ -277,17 +295,90 @@ def run_all(
         )
         _add(results, record)
 
-    if config.jobs == 1:
-        for spec, path in todo:
-            finish(_run_job(spec), path)
-    elif todo:
-        with ProcessPoolExecutor(
-            config.jobs, mp_context=get_context("spawn"), initializer=_share_cores
-        ) as pool:
-            futures = [(pool.submit(_run_job, spec), path) for spec, path in todo]
-            for future, path in futures:
-                finish(future.result(), path)
+    paths = {id(spec): path for spec, path in todo}
+    for spec, record in harness.run_jobs(_run_job, [spec for spec, _ in todo], jobs=config.jobs):
+        finish(record, paths[id(spec)])
     return results
+
+
+def _spec_key(spec: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in spec.items() if k not in ("progress", "run_dir")}
+
+
+_POINT = harness.record(
+    {"global_round": harness.finite, "hit_rate": harness.unit, "ndcg": harness.unit}
+)
+
+
+def record_check(spec: dict[str, Any]) -> harness.Check:
+    """The schema of a cached run's record (:func:`_federated_job`, :func:`_central_job`)."""
+    expected = _spec_key(spec)
+
+    def same_spec(saved: Any) -> str | None:
+        if not isinstance(saved, dict):
+            return "not an object"
+        differ = harness.differences(_spec_key(saved), expected)
+        return f"another run's ({', '.join(differ)} differ)" if differ else None
+
+    keys = {
+        "spec": same_spec,
+        "history": harness.list_of(_POINT),
+        "hit_rate": harness.unit,
+        "ndcg": harness.unit,
+        "selected": harness.optional(_POINT),
+        "train_seconds": harness.non_negative,
+    }
+    if spec["kind"] == "federated":
+        keys |= {
+            "aggregation_seconds": harness.non_negative,
+            "mean_client_samples": harness.non_negative,
+            "participations": harness.integer,
+        }
+    else:
+        keys["best_hit_rate"] = harness.unit
+    return harness.record(keys)
+
+
+#: Fields that choose which runs a call makes (a later call may add runs, not drop them), and
+#: fields that do not change any number (parallelism, the folder).
+_SELECTION = ("models", "aggregators", "seeds", "first_seed")
+_NOT_RESULTS = ("jobs", "out")
+
+
+def out_of(config: BenchFedNCFConfig) -> Path:
+    """``--out``, or ``runs/bench/fedncf/HASH`` of the configuration."""
+    if config.out is not None:
+        return Path(config.out)
+    key = {k: v for k, v in dataclasses.asdict(config).items() if k not in _NOT_RESULTS}
+    return harness.default_out("fedncf", key)
+
+
+def _runs_of(config: dict[str, Any]) -> set[str]:
+    first, seeds = int(config.get("first_seed", 0)), int(config.get("seeds", 1))
+    return {
+        f"{model}/{aggregator}/seed{seed}"
+        for model in config.get("models") or ()
+        for aggregator in (*(config.get("aggregators") or ()), "central")
+        for seed in range(first, first + seeds)
+    }
+
+
+def check_out(config: BenchFedNCFConfig) -> None:
+    """Refuse a folder whose ``results.json`` summarises another configuration (other settings,
+    or runs this call does not make), before anything runs."""
+    path = out_of(config) / "results.json"
+    if not path.exists():
+        return
+    saved = harness.read_cached(
+        path, harness.record({"config": harness.record({})}), "fedncf bench summary"
+    )["config"]
+    now = json.loads(json.dumps(dataclasses.asdict(config)))
+    # settings recorded by that summary (one written before a setting existed skips it)
+    keys = [k for k in now if k in saved and k not in (*_SELECTION, *_NOT_RESULTS)]
+    harness.check_same(
+        path, {k: saved[k] for k in keys}, {k: now[k] for k in keys}, what="a summary"
+    )
+    harness.check_subset(path.parent, _runs_of(saved), _runs_of(now), what="a summary of runs")
 
 
 def _add(results: dict[tuple[str, ...], list[dict[str, Any]]], record: dict[str, Any]) -> None:
@@ -440,12 +531,8 @@ def secagg_timing(config: BenchFedNCFConfig) -> dict[str, dict[str, float]]:
 # Summaries, tables and plots
 
 
-def mean_ci(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and half-width of the 95% t-interval (:func:`fedrec.eval.stats.mean_ci`; the
-    half-width is NaN for a single value, and such a cell prints the mean alone)."""
-    from fedrec.eval.stats import mean_ci as t_mean_ci  # scipy.stats: imported when needed
-
-    return t_mean_ci(list(values), 0.95)
+#: Mean and 95% t-interval half-width (NaN for one seed: such a cell prints the mean alone).
+mean_ci = harness.mean_ci
 
 
 def summarise(
@@ -533,7 +620,7 @@ def render(summary: dict, console: Any | None = None) -> None:
     )
     table.add_column("model")
     for aggregator in config["aggregators"]:
-        table.add_column(LABELS[aggregator], justify="right")
+        table.add_column(_label(aggregator), justify="right")
     for model, entry in summary["models"].items():
         table.add_row(
             f"Fed{model.upper()}",
@@ -541,9 +628,15 @@ def render(summary: dict, console: Any | None = None) -> None:
         )
     console.print(table)
 
-    fed_rule = "mf-fedavg" if "mf-fedavg" in config["aggregators"] else config["aggregators"][-1]
+    from fedrec.federation.registry import DEFAULT_AGGREGATOR
+
+    fed_rule = (
+        DEFAULT_AGGREGATOR
+        if DEFAULT_AGGREGATOR in config["aggregators"]
+        else config["aggregators"][-1]
+    )
     table = Table(
-        title=f"Federated ({LABELS[fed_rule]}) vs centralised (FedNCF table 6)",
+        title=f"Federated ({_label(fed_rule)}) vs centralised (FedNCF table 6)",
         caption=f"centralised: {config['central_epochs']} epochs, batch 256, final epoch (best "
         "epoch in brackets, optimistic: there is no validation split); gap = 1 − fed/central.",
     )
@@ -641,7 +734,7 @@ def render(summary: dict, console: Any | None = None) -> None:
             )
         console.print(table)
     times = [
-        f"Fed{model.upper()} {LABELS[a]} {v['train_seconds'][0]:.0f} s"
+        f"Fed{model.upper()} {_label(a)} {v['train_seconds'][0]:.0f} s"
         for model, entry in summary["models"].items()
         for a, v in entry["federated"].items()
     ]
@@ -654,7 +747,7 @@ def _render_selected(summary: dict, fed_rule: str, console: Any) -> None:
 
     config = summary["config"]
     table = Table(
-        title=f"Federated ({LABELS[fed_rule]}) vs centralised, selected on validation",
+        title=f"Federated ({_label(fed_rule)}) vs centralised, selected on validation",
         caption="test HR@10 / NDCG@10 of each run at its best validation HR@10 (one validation "
         "item per user, held out of training in both; federated evaluated every "
         f"{config['eval_every']} global rounds, centralised every epoch of "
@@ -699,7 +792,7 @@ def plot(summary: dict, results: dict, out: Path) -> list[Path]:
                 continue
             rounds = np.array([p["global_round"] for p in records[0]["history"]])
             curves = np.array([[p["hit_rate"] for p in r["history"]] for r in records])
-            ax.plot(rounds, curves.mean(0), label=LABELS[aggregator])
+            ax.plot(rounds, curves.mean(0), label=_label(aggregator))
             ax.fill_between(rounds, curves.min(0), curves.max(0), alpha=0.2)
         if entry["central"]:
             ax.axhline(entry["central"]["hit_rate"][0], color="k", ls="--", label="centralised")
@@ -734,9 +827,9 @@ def run_bench(config: BenchFedNCFConfig, *, log: Callable[[str], None] = print) 
     costs = client_costs(config, results)
     secagg = secagg_timing(config) if config.secagg_rounds else {}
     summary = summarise(config, results, lines, costs, secagg)
-    out = Path(config.out)
+    out = out_of(config)
     summary["plots"] = [str(p) for p in plot(summary, results, out)]
-    (out / "results.json").write_text(json.dumps(summary, indent=1))
+    harness.write_json(out / "results.json", summary)
     return summary
 
 
@@ -753,69 +846,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "several seeds, the centralised upper bound, popularity and random; prints FedNCF's "
         "tables 5-8 and writes convergence plots. Runs are cached in --out.",
     )
-    parser.add_argument("--dataset", default="ml-100k", help="data set (default ml-100k)")
-    parser.add_argument("--data-dir", help="data directory (default: the fedrec cache)")
-    parser.add_argument(
-        "--model",
-        nargs="+",
-        default=["gmf"],
-        choices=[*MODELS, "all"],
-        help="model(s) (default gmf)",
-    )
-    parser.add_argument(
-        "--aggregators", nargs="+", default=list(PLAIN_AGGREGATORS), choices=PLAIN_AGGREGATORS
-    )
-    length = parser.add_mutually_exclusive_group()
-    length.add_argument(
-        "--global-rounds", type=int, help="passes over all clients (default 400, FedNCF's epochs)"
-    )
-    length.add_argument(
-        "--aggregation-rounds", type=int, help="train this many aggregation rounds instead"
-    )
-    parser.add_argument("--clients-per-round", type=int, default=20, help="c (default 20)")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per configuration (default 3)")
-    parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument(
-        "--eval-every", type=int, default=10, help="global rounds between evaluations"
-    )
-    parser.add_argument(
-        "--central-epochs", type=int, default=20, help="centralised epochs (default 20)"
-    )
-    parser.add_argument(
-        "--secagg-rounds", type=int, default=3, help="rounds timed with MF-SecAvg (0: skip)"
-    )
-    parser.add_argument(
-        "--client-optimizer",
-        choices=CLIENT_OPTIMIZERS,
-        default="federated",
-        help="federated (default): the Adam state of the item rows and network is sent, continued "
-        "and aggregated like the weights; persistent: each client keeps its own Adam state across "
-        "its participations; fresh: a new Adam every participation (the paper's literal reading)",
-    )
-    parser.add_argument(
-        "--selection",
-        choices=("permutation", "cohorts"),
-        default="permutation",
-        help="client selection: a fresh permutation every global round (default) or fixed "
-        "cohorts in a new order (MF-SecAvg then agrees each pair key once per run)",
-    )
-    parser.add_argument(
-        "--simulation",
-        choices=("batched", "compiled"),
-        default="batched",
-        help="client simulation of the federated runs: batched NumPy (default) or the compiled "
-        "Numba kernel (about 2-3x faster, needs fedrec[fast]; float32 rounding differs)",
-    )
-    parser.add_argument(
-        "--validation",
-        action="store_true",
-        help="hold out a validation item per user in every run and also report the test metrics "
-        "at each run's best validation point (model selection without the test items)",
-    )
-    parser.add_argument("--jobs", type=int, default=1, help="training runs in parallel (processes)")
-    parser.add_argument(
-        "--out", default="fedncf-bench", help="output folder (default ./fedncf-bench)"
-    )
+    harness.add_options(parser, BenchFedNCFConfig)
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -824,31 +855,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
+#: ``--quick``: the defaults it shortens (options given on the command line win).
+QUICK = {"global_rounds": 2, "seeds": 1, "eval_every": 1, "central_epochs": 1, "secagg_rounds": 1}
+
+
 def config_from_args(args: argparse.Namespace) -> BenchFedNCFConfig:
     """The bench configuration of parsed options (``--quick`` shortens the defaults)."""
-    models = MODELS if "all" in args.model else tuple(dict.fromkeys(args.model))
-    quick = args.quick
-    global_rounds = args.global_rounds or (2 if quick else 400)
-    return BenchFedNCFConfig(
-        dataset=args.dataset,
-        data_dir=args.data_dir,
-        models=models,
-        aggregators=tuple(args.aggregators),
-        global_rounds=global_rounds,
-        aggregation_rounds=args.aggregation_rounds,
-        clients_per_round=args.clients_per_round,
-        seeds=1 if quick else args.seeds,
-        first_seed=args.first_seed,
-        eval_every=1 if quick else args.eval_every,
-        central_epochs=1 if quick else args.central_epochs,
-        secagg_rounds=1 if quick else args.secagg_rounds,
-        client_optimizer=args.client_optimizer,
-        selection=args.selection,
-        simulation=args.simulation,
-        validation=args.validation,
-        jobs=args.jobs,
-        out=args.out,
-    )
+    if args.global_rounds is not None and args.aggregation_rounds is not None:
+        raise ValueError("--global-rounds and --aggregation-rounds exclude each other")
+    if args.models is not None and "all" in args.models:
+        args.models = list(MODELS)
+    return harness.config_from_args(BenchFedNCFConfig, args, **(QUICK if args.quick else {}))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -861,6 +878,6 @@ def run(args: argparse.Namespace) -> int:
     summary = run_bench(config, log=console.print)
     render(summary, console)
     console.print(
-        f"Plots: {', '.join(summary['plots'])}; summary: {Path(config.out) / 'results.json'}"
+        f"Plots: {', '.join(summary['plots'])}; summary: {out_of(config) / 'results.json'}"
     )
     return 0

@@ -27,6 +27,7 @@ from typing import Any
 
 from fedrec.agents.registry import MULTI_PLATFORM_AGENTS, resolve_multi_platform_agent
 from fedrec.cli_train import env_kwarg
+from fedrec.experiments import harness
 from fedrec.registration import LONG_TERM_KWARGS
 
 
@@ -134,11 +135,16 @@ def run_dirs(
     env_overrides: dict[str, Any] | None = None,
     log: Any = print,
 ) -> list[Path]:
-    """Train every (env variant, method, seed) of ``setting``; returns the run directories."""
+    """Train every (env variant, method, seed) of ``setting``; returns the run directories.
+
+    Before anything trains, ``out`` is checked: a run directory in it whose ``config.json`` holds
+    another run (episodes, seed, env or users differ), or one this call does not make (the
+    table would drop it), is refused (one line, :class:`~fedrec.experiments.harness.BenchError`).
+    A run of the same setup is trained again (or continued with ``resume``)."""
     from fedrec.train.multi_platform import MultiPlatformTrainConfig, train_multi_platform
 
     spec = SETTINGS[setting]
-    paths = []
+    plan = []
     for suffix, setting_kwargs in spec.envs.items():
         env_kwargs = {**setting_kwargs, **(env_overrides or {})}
         for method in methods or spec.methods:
@@ -164,14 +170,38 @@ def run_dirs(
                     progress=progress,
                     label=label,
                 )
-                start = time.perf_counter()
-                result = train_multi_platform(config, out_dir=path, resume=resume)
-                log(
-                    f"{label} seed {seed}: {episodes} episodes in {result.wall_time:.1f} s "
-                    f"training ({time.perf_counter() - start:.1f} s with evaluation) -> {path}"
-                )
-                paths.append(path)
+                plan.append((path, config))
+    check_out(out, plan)
+    paths = []
+    for path, config in plan:
+        start = time.perf_counter()
+        result = train_multi_platform(config, out_dir=path, resume=resume)
+        log(
+            f"{config.label} seed {config.seed}: {episodes} episodes in {result.wall_time:.1f} s "
+            f"training ({time.perf_counter() - start:.1f} s with evaluation) -> {path}"
+        )
+        paths.append(path)
     return paths
+
+
+def check_out(out: Path, plan: list[tuple[Path, Any]]) -> None:
+    """Refuse ``out`` when it holds runs of another setup or runs this call does not make."""
+    present = {str(p.parent.relative_to(out)) for p in out.glob("*/seed*/config.json")}
+    made = {str(path.relative_to(out)) for path, _ in plan}
+    harness.check_subset(out, present, made, what="runs")
+    for path, config in plan:
+        saved_path = path / "config.json"
+        if not saved_path.is_file():
+            continue
+        saved = harness.read_cached(saved_path, harness.record({}), "run configuration")
+        expected = {
+            "env_id": config.env_id,
+            "env_kwargs": config.env_kwargs,
+            "episodes": config.episodes,
+            "seed": config.seed,
+            "num_envs": config.num_users,
+        }
+        harness.check_same(path, {key: saved.get(key) for key in expected}, expected, what="a run")
 
 
 def print_table(paths: list[Path], setting: str, *, plot: Path | None) -> int:
@@ -217,7 +247,13 @@ def add_parser(bench_subparsers: argparse._SubParsersAction) -> None:
         + ", ".join(MULTI_PLATFORM_AGENTS)
         + ") or module:Class / path/to/file.py:Class of your own MultiPlatformAgent",
     )
-    parser.add_argument("--out", type=Path, default=None, help="default results/fedslate/SETTING")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output folder (default runs/bench/fedslate/SETTING-HASH of the configuration; "
+        "results/fedslate/SETTING holds the committed runs)",
+    )
     parser.add_argument("--num-users", type=int, default=16, help="users simulated in parallel")
     parser.add_argument("--eval-episodes", type=int, default=500, help="held-out episodes")
     parser.add_argument("--no-planner", action="store_true", help="skip the joint planner")
@@ -236,7 +272,13 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("--seeds and --episodes must be >= 1 and --first-seed >= 0")
     for method in args.methods or ():
         resolve_multi_platform_agent(method)  # an unknown name or a bad class fails before training
-    out = args.out or Path("results") / "fedslate" / args.setting
+    key = {
+        name: getattr(args, name)
+        for name in ("setting", "seeds", "first_seed", "episodes", "methods", "num_users",
+                     "eval_episodes", "no_planner")
+    }  # fmt: skip
+    key["env_kwarg"] = dict(args.env_kwarg)
+    out = args.out or harness.default_out("fedslate", key, label=args.setting)
     paths = run_dirs(
         args.setting,
         seeds=args.seeds,

@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from fedrec.experiments import harness
+
 #: The paper's reported gain of FEL over on-device FL (relative, %).
 PAPER_GAIN = (0.43, 2.31)
 DATASETS = ("taobao-synthetic", "taobao", "ml-100k")
@@ -88,7 +90,8 @@ class BenchFELConfig:
     history_field: str = "cate_id"
     seeds: int = 3
     first_seed: int = 0
-    out: str = "results/fel"
+    out: str | None = None
+    """output folder (None: ``runs/bench/fel/HASH``, see :func:`default_out`)"""
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -674,34 +677,100 @@ def _run_key(config: BenchFELConfig) -> dict[str, Any]:
     return json.loads(json.dumps(fields))
 
 
+def expected_records(config: BenchFELConfig) -> list[tuple[str, str, float]]:
+    """(section, method, target ε) of every record of one seed, in the order :func:`run_seed`
+    writes them."""
+    out = [("baseline", "plain FL", eps) for eps in (math.inf, *config.target_epsilons)]
+    out += [(s.section, s.method, s.target_epsilon) for s in settings_of(config)]
+    if config.private_leaf:
+        out += [("private", config.dp_method, eps) for eps in config.target_epsilons]
+    return out
+
+
+def _record_check(seed: int, section: str, method: str, eps: float) -> harness.Check:
+    """The schema of one record of a seed file (see :func:`run_seed`)."""
+    common = {
+        "seed": harness.equal(seed),
+        "section": harness.equal(section),
+        "method": harness.equal(method),
+        "num_clusters": harness.integer,
+        "target_epsilon": harness.equal(eps),
+        "epsilon": harness.number,
+        "noise_multiplier": harness.optional(harness.finite),
+        "client_updates": harness.integer,
+        "train_seconds": harness.non_negative,
+        "auc": harness.mapping_of(harness.unit, min_length=1),
+    }
+    if section != "baseline":
+        common["baseline_auc"] = harness.unit
+    if section in ("clusters", "dp"):
+        common["epsilon_over_arch_fl"] = harness.number
+    if section == "private":
+        common["private_client_updates"] = harness.integer
+    return harness.record(common)
+
+
+def check_seed_file(saved: Any, seed: int, config: BenchFELConfig) -> str | None:
+    """The problem with a seed file's content for this seed and configuration, or None."""
+    problem = harness.record(
+        {"config": harness.mapping_of(lambda _: None), "records": harness.list_of(lambda _: None)}
+    )(saved)
+    if problem:
+        return problem
+    expected = expected_records(config)
+    records = saved["records"]
+    if len(records) != len(expected):
+        return f"{len(records)} records, expected {len(expected)}"
+    for i, (r, (section, method, eps)) in enumerate(zip(records, expected, strict=True)):
+        problem = _record_check(seed, section, method, eps)(r)
+        if problem:
+            return f"record {i}: {problem}"
+    return None
+
+
 def write_seed(out: Path, seed: int, config: BenchFELConfig, records: list[dict]) -> Path:
     """Save one seed's records as JSON, atomically (a crash leaves the old file or none)."""
-    from fedrec.train.checkpoint import atomic_write
-
-    text = json.dumps({"config": _run_key(config), "records": records}, default=float, indent=1)
-    path = seed_file(out, seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic_write(path, lambda f: f.write(text.encode()))
+    return harness.write_json(
+        seed_file(out, seed), {"config": _run_key(config), "records": records}
+    )
 
 
 def read_seed(out: Path, seed: int, config: BenchFELConfig) -> list[dict] | None:
-    """The records of a finished seed run with the same configuration, else None (a file of
-    another configuration is left to be overwritten; a malformed one is an error)."""
+    """The records of a finished seed, else None (no file). A file of another configuration, or
+    one that is malformed in any way (cut short, a missing key, a wrong type, a NaN AUC), is a
+    one-line :class:`~fedrec.experiments.harness.BenchError`."""
     path = seed_file(out, seed)
     if not path.is_file():
         return None
-    try:
-        saved = json.loads(path.read_text())
-        saved_config, records = saved["config"], saved["records"]
-        ok = isinstance(records, list) and all(
-            isinstance(r, dict) and r.get("seed") == seed and isinstance(r.get("auc"), dict)
-            for r in records
-        )
-    except (ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"{path} is not a fedrec bench fel seed file: {error}") from None
-    if not ok:
-        raise ValueError(f"{path}: malformed records (delete the file to run the seed again)")
-    return records if saved_config == _run_key(config) else None
+    what = "fedrec bench fel seed file"
+    saved = harness.read_json(path, what)
+    if isinstance(saved, dict) and isinstance(saved.get("config"), dict):
+        harness.check_same(path, saved["config"], _run_key(config), what="a seed")
+    problem = check_seed_file(saved, seed, config)
+    if problem:
+        harness.validate(saved, lambda _: problem, path, what)
+    return saved["records"]
+
+
+def check_out(out: Path, config: BenchFELConfig) -> dict[int, list[dict]]:
+    """Check the output folder before anything runs: every seed file in it belongs to this
+    configuration and passes validation, and none lies outside its seeds (the table would drop
+    it). Returns the finished seeds' records."""
+    folder = out / "seeds"
+    present = {p.stem for p in folder.glob("seed*.json")} if folder.is_dir() else set()
+    harness.check_subset(folder, present, {f"seed{s}" for s in config.seed_list}, what="seed files")
+    finished = {}
+    for seed in config.seed_list:
+        records = read_seed(out, seed, config)
+        if records is not None:
+            finished[seed] = records
+    return finished
+
+
+def default_out(config: BenchFELConfig) -> Path:
+    """``runs/bench/fel/HASH`` of the configuration (the seeds included)."""
+    key = {**_run_key(config), "seeds": config.seeds, "first_seed": config.first_seed}
+    return harness.default_out("fel", key)
 
 
 def run_bench(config: BenchFELConfig, *, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -729,14 +798,15 @@ def run_bench(config: BenchFELConfig, *, log: Callable[[str], None] = print) -> 
 
         bar = tqdm(total=total, desc="fel rounds", unit="round")
     records = []
-    out = Path(config.out) / config.data
+    out = Path(config.out or default_out(config)) / config.data
+    done = check_out(out, config)
     start = time.perf_counter()
     try:
         with warnings.catch_warnings():
             # Opacus's note that a large ε's best RDP order is its largest one (ε stays valid)
             warnings.filterwarnings("ignore", message="Optimal order is the largest alpha")
             for seed in config.seed_list:
-                finished = read_seed(out, seed, config)
+                finished = done.get(seed)
                 if finished is not None:
                     log(f"seed {seed}: finished records read from {seed_file(out, seed)}")
                     if bar is not None:
@@ -842,7 +912,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--out", default="results/fel", help="output folder (default results/fel)")
+    parser.add_argument(
+        "--out",
+        help="output folder (default runs/bench/fel/HASH of the configuration; a folder of "
+        "another configuration is refused)",
+    )
     parser.add_argument(
         "--quick",
         action="store_true",

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from fedrec.eval.etror import Estimate, load_run, t_interval
+from fedrec.experiments import harness
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +155,7 @@ def _run_state(path: Path, expected: Mapping[str, Any], defaults: Mapping[str, A
     config_path = path / "config.json"
     if not config_path.exists():
         return "new"
-    saved = json.loads(config_path.read_text(encoding="utf-8"))
+    saved = harness.read_cached(config_path, harness.record({}), "run configuration")
     if isinstance(saved.get("agent_config"), dict):
         saved["agent_config"] = {**defaults, **saved["agent_config"]}
     differ = [key for key, value in expected.items() if saved.get(key) != value]
@@ -164,7 +164,24 @@ def _run_state(path: Path, expected: Mapping[str, Any], defaults: Mapping[str, A
             f"{path} holds another run ({', '.join(differ)} differ from this leaderboard's): "
             "move it away or use another --out"
         )
-    return "finished" if (path / "final_eval.json").exists() else "killed"
+    from fedrec.eval.etror import run_file
+
+    final = run_file(path, "final_eval.json")  # gzipped in a compacted run
+    if not final.exists():
+        return "killed"
+    harness.read_cached(final, FINAL_EVAL, "final evaluation")
+    return "finished"
+
+
+#: What the leaderboard reads of a finished run's ``final_eval.json``: the agent's per-episode
+#: returns, all finite.
+FINAL_EVAL = harness.record(
+    {
+        "policies": harness.record(
+            {"agent": harness.record({"returns": harness.list_of(harness.finite, min_length=1)})}
+        )
+    }
+)
 
 
 def train_contender(
@@ -418,26 +435,46 @@ def add_parser(bench_subparsers: argparse._SubParsersAction) -> None:
         help="training episodes for every contender (default: each contender's own budget)",
     )
     parser.add_argument("--eval-episodes", type=int, default=500, help="held-out episodes")
-    parser.add_argument("--out", type=Path, default=Path("results") / "longterm")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output folder (default runs/bench/longterm/HASH of the configuration; "
+        "results/longterm holds the committed leaderboards)",
+    )
     parser.add_argument("--no-plot", action="store_true", help="skip the learning-curve PNGs")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.set_defaults(handler=run)
 
 
+def _contenders(setting_name: str, agents: Sequence[str] | None) -> list[str]:
+    """The contenders of a setting: ``agents``, else every contender that runs on it."""
+    if agents is not None:
+        return list(agents)
+    return [
+        name
+        for name, contender in CONTENDERS.items()
+        if contender.settings is None or setting_name in contender.settings
+    ]
+
+
 def run(args: argparse.Namespace) -> int:
     if args.seeds < 1 or args.first_seed < 0 or (args.episodes is not None and args.episodes < 1):
         raise SystemExit("--seeds and --episodes must be >= 1 and --first-seed >= 0")
-    for setting_name in args.settings:
+    key = {
+        name: getattr(args, name)
+        for name in ("settings", "agents", "seeds", "first_seed", "episodes", "eval_episodes")
+    }
+    args.out = args.out or harness.default_out("longterm", key)
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    plan = {setting: _contenders(setting, args.agents) for setting in args.settings}
+    for setting_name, chosen in plan.items():  # before anything trains
+        folder = args.out / setting_name
+        present = {str(p.parent.relative_to(folder)) for p in folder.glob("*/seed*/config.json")}
+        made = {f"{c}/seed{s}" for c in chosen for s in seeds}
+        harness.check_subset(folder, present, made, what="runs")
+    for setting_name, chosen in plan.items():
         runs: dict[str, list[Path]] = {}
-        chosen = (
-            args.agents
-            if args.agents is not None
-            else [
-                name
-                for name, contender in CONTENDERS.items()
-                if contender.settings is None or setting_name in contender.settings
-            ]
-        )
         for contender in chosen:
             runs[contender] = [
                 train_contender(
@@ -449,7 +486,7 @@ def run(args: argparse.Namespace) -> int:
                     eval_episodes=args.eval_episodes,
                     progress=not args.no_progress,
                 )
-                for seed in range(args.first_seed, args.first_seed + args.seeds)
+                for seed in seeds
             ]
         from fedrec.train.references import complete_references
 

@@ -104,6 +104,8 @@ class Aggregator(abc.ABC):
 
     #: Short name used on the command line and in tables.
     name: str = ""
+    #: Its name in printed tables (FedNCF's spelling).
+    label: str = ""
 
     @abc.abstractmethod
     def aggregate(
@@ -133,6 +135,7 @@ class SimpleAvg(_DeltaAverage):
     """Unweighted mean over the round's clients, untouched item copies included."""
 
     name = "simpleavg"
+    label = "SimpleAvg"
 
     def weights(self, updates: ClientUpdates) -> torch.Tensor:
         c = updates.num_clients
@@ -143,6 +146,7 @@ class FedAvg(_DeltaAverage):
     """McMahan et al.'s FedAvg: mean weighted by n_k / N, untouched item copies included."""
 
     name = "fedavg"
+    label = "FedAvg"
 
     def weights(self, updates: ClientUpdates) -> torch.Tensor:
         return _sample_weights(updates)
@@ -156,6 +160,7 @@ class MFFedAvg(Aggregator):
     """
 
     name = "mf-fedavg"
+    label = "MF-FedAvg"
 
     def aggregate(
         self, *, items: torch.Tensor, network: torch.Tensor, updates: ClientUpdates
@@ -166,20 +171,3 @@ class MFFedAvg(Aggregator):
         new_items = items.clone()
         new_items[touched] = sums[touched] / counts[touched, None].to(items.dtype)
         return new_items, _weighted_network(updates, _sample_weights(updates))
-
-
-#: The plain (non-secure) rules by name; ``"mf-secavg"`` is added by :func:`make_aggregator`.
-AGGREGATORS: dict[str, type[Aggregator]] = {cls.name: cls for cls in (SimpleAvg, FedAvg, MFFedAvg)}
-AGGREGATOR_NAMES: tuple[str, ...] = (*AGGREGATORS, "mf-secavg")
-
-
-def make_aggregator(name: str) -> Aggregator:
-    """The aggregator called ``name`` (one of :data:`AGGREGATOR_NAMES`, case-insensitive)."""
-    key = name.lower()
-    if key == "mf-secavg":
-        from fedrec.federation.secagg import MFSecAvg
-
-        return MFSecAvg()
-    if key not in AGGREGATORS:
-        raise ValueError(f"unknown aggregator {name!r}; known: {', '.join(AGGREGATOR_NAMES)}")
-    return AGGREGATORS[key]()

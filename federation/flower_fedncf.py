@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedrec.federation.aggregators import ClientUpdates, make_aggregator
+from fedrec.federation.aggregators import ClientUpdates
 from fedrec.federation.flower_common import (
     add_partition_query,
     job_of,
@@ -52,6 +52,7 @@ from fedrec.federation.flower_common import (
     tune_grid,
 )
 from fedrec.federation.flower_secagg import SecureAggregation, secure_mod, secure_train_reply
+from fedrec.federation.registry import make_aggregator
 from fedrec.train.fedncf import FedNCFConfig, aggregate_round, select_round
 
 #: The aggregators a Flower run supports (MF-SecAvg simulates its masking in one process; Flower's

@@ -1,4 +1,5 @@
-"""``fedrec bench BENCHMARK``: the project's benchmarks (each in its own module under ``eval/``)."""
+"""``fedrec bench BENCHMARK``: the project's benchmarks (each a driver module under ``experiments/``, built on
+``experiments/harness.py``; default output folders under the git-ignored ``runs/bench/``)."""
 
 from __future__ import annotations
 

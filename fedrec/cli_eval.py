@@ -1,7 +1,7 @@
 """``fedrec eval RUN_DIR...``: ETROR, optimal reward, plateau and final evaluation of training runs.
 
-Loads each run directory (``config.json``, ``episodes.csv``, optional ``final_eval.json``; a folder
-of run directories expands to its runs), groups seeds of the same experiment, prints one table row
+Loads each run directory (``config.json``, ``episodes.csv`` or a compacted run's curve summary
+``curve.json.gz``, optional ``final_eval.json``; a folder of run directories expands to its runs), groups seeds of the same experiment, prints one table row
 per group and return series (mean ± 95% CI across seeds; multi-platform runs add the joint return
 ``return/joint`` after their platforms), a table of greedy-slate diagnostics when the runs recorded
 them (FedSlate family), and writes a learning-curve PNG. The definitions are in

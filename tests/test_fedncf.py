@@ -17,8 +17,8 @@ from fedrec.federation.aggregators import (
     FedAvg,
     MFFedAvg,
     SimpleAvg,
-    make_aggregator,
 )
+from fedrec.federation.registry import make_aggregator
 from fedrec.train.fedncf import evaluate_model
 
 

@@ -18,7 +18,8 @@ from fedrec.cli import main
 from fedrec.envs.datasets.catalog import load_prepared
 from fedrec.envs.datasets.synthetic import synthetic_log, write_ml100k, write_synthetic
 from fedrec.eval.ranking_metrics import evaluate_ranking_agent
-from fedrec.federation.aggregators import ClientUpdates, make_aggregator
+from fedrec.federation.aggregators import ClientUpdates
+from fedrec.federation.registry import make_aggregator
 from fedrec.train.fedncf import (
     CentralConfig,
     ClientData,
@@ -328,7 +329,9 @@ def _record_jobs(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
 
     def fake_job(spec: dict) -> dict:
         jobs.append(spec)
-        return {"spec": spec, "hit_rate": 0.0, "ndcg": 0.0, "train_seconds": 0.0}
+        return {"spec": spec, "history": [], "hit_rate": 0.0, "ndcg": 0.0, "selected": None,
+                "train_seconds": 0.0, "aggregation_seconds": 0.0, "mean_client_samples": 0.0,
+                "participations": 0, "best_hit_rate": 0.0}  # fmt: skip
 
     monkeypatch.setattr(bench_fedncf, "_run_job", fake_job)
     return jobs

@@ -341,7 +341,7 @@ def test_a_rerun_reads_finished_seeds_and_refuses_a_broken_file(
     text = seed_path.read_text()
     try:
         seed_path.write_text(text[: len(text) // 2])  # a torn write
-        with pytest.raises(ValueError, match="not a fedrec bench fel seed file"):
+        with pytest.raises(ValueError, match="not a valid fedrec bench fel seed file"):
             run_bench(config, log=lambda _: None)
     finally:
         seed_path.write_text(text)

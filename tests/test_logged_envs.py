@@ -15,7 +15,7 @@ import fedrec
 from fedrec.agents.logged_baselines import PopularityAgent, RandomAgent
 from fedrec.cli import main
 from fedrec.envs.datasets.catalog import DatasetNotFoundError
-from fedrec.envs.datasets.environments import _InteractionCore
+from fedrec.envs.datasets.logged_interaction_core import _InteractionCore
 from fedrec.envs.datasets.registry import LOGGED_DATA_ENVIRONMENTS
 from fedrec.envs.datasets.synthetic import write_synthetic
 from fedrec.envs.datasets.taobao import TaobaoAdsVectorEnv

@@ -56,9 +56,11 @@ import torch.nn.functional as F
 
 from fedrec.agents.ncf import NCF, NCFConfig, make_optimizers
 from fedrec.envs.datasets.catalog import load_prepared
+from fedrec.envs.datasets.clients import ClientData
 from fedrec.envs.datasets.preprocess import PreparedData, sample_training_negatives
 from fedrec.eval.ranking_metrics import RankingResult
-from fedrec.federation.aggregators import AGGREGATOR_NAMES, ClientUpdates, make_aggregator
+from fedrec.federation.aggregators import ClientUpdates
+from fedrec.federation.registry import AGGREGATOR_NAMES, make_aggregator
 from fedrec.train.core import Trainer, progress_bar
 
 BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
@@ -262,38 +264,6 @@ class TrainResult:
 
 # ------------------------------------------------------------------------------------------------
 # Client data and local sampling
-
-
-@dataclass(frozen=True)
-class ClientData:
-    """Every client's local data as CSR arrays: training positives and all positives (sorted)."""
-
-    train_indptr: np.ndarray
-    """(U+1,) offsets of each user's training positives in ``train_items``."""
-    train_items: np.ndarray
-    """training positives (each user's held-out item excluded), per user chronological."""
-    positives_indptr: np.ndarray
-    """(U+1,) offsets of each user's positives in ``positives_sorted``."""
-    positives_sorted: np.ndarray
-    """all positives (train + held-out), per user sorted ascending: never sampled as negatives."""
-    num_items: int
-
-    @classmethod
-    def of(cls, data: PreparedData) -> ClientData:
-        mask = data.train_mask
-        train_counts = np.diff(data.indptr) - data.held_out
-        users = data.user_of_row
-        order = np.lexsort((data.items, users))  # distinct per user after preprocessing
-        return cls(
-            train_indptr=np.concatenate([[0], np.cumsum(train_counts)]).astype(np.int64),
-            train_items=data.items[mask].astype(np.int64),
-            positives_indptr=data.indptr.astype(np.int64),
-            positives_sorted=data.items[order].astype(np.int64),
-            num_items=data.num_items,
-        )
-
-    def train_of(self, user: int) -> np.ndarray:
-        return self.train_items[self.train_indptr[user] : self.train_indptr[user + 1]]
 
 
 def _segments(indptr: np.ndarray, values: np.ndarray, users: np.ndarray) -> tuple[np.ndarray, ...]:

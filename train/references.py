@@ -11,13 +11,14 @@ differ from the run's own record, so every comparison stays paired.
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fedrec.train.checkpoint import write_json
+from fedrec.train.checkpoint import atomic_write, write_json
 
 REFERENCES_FILE = "references.json"
 #: The reference policies added after runs were committed without them.
@@ -101,13 +102,13 @@ def complete_references(run_dir: str | Path) -> Path | None:
     """Evaluate the added reference policies (:data:`ADDED_REFERENCES`) that ``run_dir``'s final
     evaluation lacks on its held-out episodes and write them to ``references.json``; returns that
     file, or None when there is nothing to add (no final evaluation, or not Choc-vs-Kale)."""
-    from fedrec.eval.etror import load_run
+    from fedrec.eval.etror import load_run, run_file
 
     run = load_run(run_dir)  # validates the run, and any references.json already there
     if run.final_eval is None:
         return None
     seed, episodes = int(run.final_eval["seed"]), int(run.final_eval["episodes"])
-    path = Path(run_dir) / REFERENCES_FILE
+    path = run_file(run_dir, REFERENCES_FILE)  # gzipped in a compacted run
     recorded = run.final_eval["policies"]  # with any references.json merged
     missing = set(ADDED_REFERENCES) - set(recorded)
     if not missing:
@@ -123,11 +124,23 @@ def complete_references(run_dir: str | Path) -> Path | None:
     if not added:
         return path if path.exists() else None
     if path.exists():  # an earlier completion: keep what it added
-        earlier = json.loads(path.read_text(encoding="utf-8"))["policies"]
+        earlier = json.loads(_read_text(path))["policies"]
         added = {**earlier, **added}
-    write_json(path, {"seed": seed, "episodes": episodes, "policies": added})
+    if path.suffix == ".gz":  # keep a compacted run compact: replace the file, same format
+        record = {"seed": seed, "episodes": episodes, "policies": added}
+        text = json.dumps(record, indent=2, sort_keys=True) + "\n"  # as write_json writes it
+        atomic_write(
+            path, lambda f: f.write(gzip.compress(text.encode(), compresslevel=9, mtime=0))
+        )
+    else:
+        write_json(path, {"seed": seed, "episodes": episodes, "policies": added})
     load_run(run_dir)  # the merged evaluation parses and names no policy twice
     return path
+
+
+def _read_text(path: Path) -> str:
+    data = path.read_bytes()
+    return (gzip.decompress(data) if path.suffix == ".gz" else data).decode("utf-8")
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:

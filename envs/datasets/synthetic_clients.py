@@ -1,11 +1,11 @@
 """Synthetic federated users shaped like MovieLens-100K, at any population size, in memory.
 
-:func:`synthetic_clients` builds a :class:`~fedrec.train.fedncf.ClientData` (what FedNCF trains
-from) of ``U`` users without files or preprocessing, so that 100,000 users take seconds: 1,682
-items; per-user counts from 20 + a log-normal (sigma = 1), clipped to 737, with a mean of about
-106 (ML-100K: min 20, max 737, mean 106); items picked without replacement with Zipf-like
-popularity (weight proportional to rank^-0.8), ranks shuffled over item ids; each user's held-out
-item is one of its positives at random. The same seed gives the same users in every process
+:func:`synthetic_clients` builds a :class:`~fedrec.envs.datasets.clients.ClientData` (what
+FedNCF trains from) of ``U`` users without files or preprocessing, so that 100,000 users take
+seconds: 1,682 items; per-user counts from 20 + a log-normal (sigma = 1), clipped to 737, with a
+mean of about 106 (ML-100K: min 20, max 737, mean 106); items picked without replacement with
+Zipf-like popularity (weight proportional to rank^-0.8), ranks shuffled over item ids; each
+user's held-out item is one of its positives at random. The same seed gives the same users in every process
 (the scale benchmarks and the Flower nodes rely on it).
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedrec.train.fedncf import ClientData
+from fedrec.envs.datasets.clients import ClientData
 
 #: MovieLens-100K after FedNCF's preprocessing: items, and per-user interactions (min, max, mean).
 ML100K_ITEMS, ML100K_MIN, ML100K_MAX, ML100K_MEAN = 1682, 20, 737, 106.0

@@ -17,22 +17,23 @@ import gymnasium as gym
 import numpy as np
 import pandas as pd
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from fedrec.envs.datasets.catalog import _signature, locate
-from fedrec.envs.datasets.formats import TAOBAO_USER_PROFILE_HEADER, load_taobao
-from fedrec.envs.hidden import HIDDEN_INFO_KEYS
-from fedrec.envs.slates import reject_finished, validate_scores
-from fedrec.envs.state import CoreVectorEnvState, StateReader, generator_state
-from fedrec.envs.vector_utils import (
-    check_vector_args,
-    parse_autoreset_mode,
-    reset_mask,
-    with_masks,
+from fedrec.envs.datasets.core_envs import (
+    AutoresetVectorEnv,
+    CoreEnvState,
+    Observation,
+    StepResult,
 )
+from fedrec.envs.datasets.taobao_files import TAOBAO_USER_PROFILE_HEADER, load_taobao
+from fedrec.envs.datasets.user_sweep import SweepEnv, UserSweep, read_order
+from fedrec.envs.hidden import HIDDEN_INFO_KEYS
+from fedrec.envs.slates import validate_scores
+from fedrec.envs.state import StateReader
+from fedrec.envs.vector_utils import check_vector_args
 
-Observation = dict[str, np.ndarray]
 USER_FIELDS = TAOBAO_USER_PROFILE_HEADER[1:]
 AD_FIELDS = ("adgroup_id", "cate_id", "campaign_id", "customer", "brand")
 #: 2017-05-13 00:00 Asia/Shanghai: the first second of the standard test day.
@@ -135,7 +136,7 @@ def load_taobao_prepared(
     return _taobao_cached(str(folder.resolve()), _signature(folder), split)
 
 
-class _TaobaoCore:
+class _TaobaoCore(UserSweep):
     """Impression streams of ``num_envs`` slots (one user each), stepped together with numpy.
 
     Users come from a seeded sweep (a permutation of all users, :meth:`shuffle`), so the single
@@ -166,11 +167,8 @@ class _TaobaoCore:
         """Checked copies of the core's entries (nothing changes yet)."""
         u, b = self.data.num_users, self.num_envs
         hint = f"num_envs={b}"
-        order = read.array("order", (u,), np.int64, hint=f"{u} users in the data set")
-        if not np.array_equal(np.sort(order), np.arange(u)):
-            raise read.fail("order", f"is not a permutation of the {u} users")
         checked = {
-            "order": order,
+            "order": read_order(read, "order", u),
             "cursor": read.int("cursor", low=0, high=u - 1),
             **{key: read.array(key, (b,), np.int64, hint=hint) for key in ("users", "row", "end")},
             "steps": read.array("steps", (b,), np.int64, hint=hint),
@@ -203,17 +201,12 @@ class _TaobaoCore:
             }
         )
 
-    def shuffle(self, rng: np.random.Generator) -> None:
-        self.order = rng.permutation(self.data.num_users)
-        self.cursor = 0
-
     def assign(self, mask: np.ndarray, users: object = None) -> None:
         """Start the masked slots on explicit users, else on the next users of the sweep."""
         count = int(mask.sum())
         u = self.data.num_users
         if users is None:
-            users = self.order[(self.cursor + np.arange(count)) % u]
-            self.cursor = (self.cursor + count) % u
+            users = self.next_users(count)
         users = np.asarray(users).reshape(-1)
         if users.shape != (count,) or (count and (users.min() < 0 or users.max() >= u)):
             raise ValueError(f"users must be {count} ids in [0, {u}), got {users.tolist()}")
@@ -276,7 +269,7 @@ _VECTOR_CARD = """
     """
 
 
-class TaobaoAdsEnv(gym.Env[Observation, np.ndarray]):
+class TaobaoAdsEnv(SweepEnv, CoreEnvState, gym.Env[Observation, np.ndarray]):
     # built from shared parts, so assigned: a concatenation is not a docstring
     __doc__ = (
         r"""Score logged Taobao display-ad impressions; the reward is the logged click.
@@ -335,6 +328,7 @@ class TaobaoAdsEnv(gym.Env[Observation, np.ndarray]):
     )
 
     metadata = {"render_modes": [], HIDDEN_INFO_KEYS: HIDDEN_KEYS}
+    OWN_STATE = {"shuffled": "bool"}
 
     def __init__(
         self,
@@ -355,11 +349,7 @@ class TaobaoAdsEnv(gym.Env[Observation, np.ndarray]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Observation, dict[str, Any]]:
-        super().reset(seed=seed)
-        if seed is not None or not self._shuffled:
-            self._core.shuffle(self.np_random)
-            self._shuffled = True
-        user = None if options is None else options.get("user")
+        user = self._reset_sweep(seed, options)
         if user is not None and not 0 <= int(user) < self.data.num_users:
             raise ValueError(f"user must be in [0, {self.data.num_users}), got {user}")
         self._core.assign(np.ones(1, bool), None if user is None else [int(user)])
@@ -375,33 +365,8 @@ class TaobaoAdsEnv(gym.Env[Observation, np.ndarray]):
         }
         return self._observation(), float(rewards[0]), bool(terminated[0]), False, single
 
-    def state_dict(self) -> dict[str, Any]:
-        """Everything that changes while the env runs, as plain data (see :mod:`fedrec.envs.state`)."""
-        return {
-            "np_random": generator_state(self._np_random),
-            "np_random_seed": self._np_random_seed,
-            "core": self._core.state_dict(),
-            "shuffled": bool(self._shuffled),
-        }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` into an env built with the same arguments (the data set is
-        not part of the state). The whole state is checked first (``ValueError``; no change)."""
-        read = StateReader(state, type(self).__name__)
-        rng = read.generator()
-        seed = read.seed()
-        core = self._core.read_state(StateReader(read.dict("core"), f"{read.who} core"))
-        shuffled = read.bool("shuffled")
-        read.finish()
-        self._np_random, self._np_random_seed = rng, seed
-        self._core.set_state(core)
-        self._shuffled = shuffled
-
-    def _observation(self) -> Observation:
-        return {key: value[0] for key, value in self._core.observation().items()}
-
-
-class TaobaoAdsVectorEnv(CoreVectorEnvState, VectorEnv):
+class TaobaoAdsVectorEnv(AutoresetVectorEnv):
     """``num_envs`` Taobao users' impression streams stepped together (card: :class:`TaobaoAdsEnv`).
 
     Slot ``i`` of the first reset gets the ``i``-th user of the seeded sweep and every later
@@ -415,13 +380,10 @@ class TaobaoAdsVectorEnv(CoreVectorEnvState, VectorEnv):
     dynamic state as plain data (see :mod:`fedrec.envs.state`).
     """
 
-    metadata = {
-        "render_modes": [],
-        "autoreset_mode": AutoresetMode.NEXT_STEP,
-        HIDDEN_INFO_KEYS: HIDDEN_KEYS,
-    }
+    metadata = {**AutoresetVectorEnv.metadata, HIDDEN_INFO_KEYS: HIDDEN_KEYS}
 
     STATE_MASKS = ("autoreset", "done")
+    FINISHED_MASK = "done"
 
     def __init__(
         self,
@@ -435,45 +397,17 @@ class TaobaoAdsVectorEnv(CoreVectorEnvState, VectorEnv):
     ) -> None:
         check_vector_args(num_envs, render_mode, max_episode_steps, who=type(self).__name__)
         self.data = load_taobao_prepared(data_dir, split)
-        self.num_envs = num_envs
-        self.render_mode = None
+        self._vector_setup(num_envs, autoreset_mode)
         self.max_episode_steps = max_episode_steps
-        self.metadata = {
-            **type(self).metadata,
-            "autoreset_mode": parse_autoreset_mode(autoreset_mode),
-        }
         self._core = _TaobaoCore(self.data, num_envs)
-        self.single_observation_space = self._core.observation_space()
-        self.single_action_space = spaces.Box(0.0, 1.0, (1,), np.float32)
-        self.observation_space = batch_space(self.single_observation_space, num_envs)
-        self.action_space = batch_space(self.single_action_space, num_envs)
-        self._autoreset = np.zeros(num_envs, dtype=bool)
-        self._done = np.zeros(num_envs, dtype=bool)
-        self._started = False
+        single_action = spaces.Box(0.0, 1.0, (1,), np.float32)
+        self._vector_spaces(
+            self._core.observation_space(), single_action, batch_space(single_action, num_envs)
+        )
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[Observation, dict[str, Any]]:
-        super().reset(seed=seed)
-        mask = reset_mask(options, self.num_envs, started=self._started)
-        if seed is not None or not self._started:
-            self._core.shuffle(self.np_random)
-        self._core.assign(mask, None if options is None else options.get("users"))
-        self._autoreset[mask] = False
-        self._done[mask] = False
-        self._started = True
-        return self._core.observation(), {}
-
-    def step(
-        self, actions: np.ndarray
-    ) -> tuple[Observation, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        if not self._started:
-            raise RuntimeError("call reset() before step()")
-        mode = self.metadata["autoreset_mode"]
-        if mode == AutoresetMode.DISABLED:
-            reject_finished(self._done)
-        resetting = self._autoreset.copy() if mode == AutoresetMode.NEXT_STEP else None
-        active = np.ones(self.num_envs, bool) if resetting is None else ~resetting
+    def _step_active(
+        self, actions: np.ndarray, active: np.ndarray, resetting: np.ndarray | None
+    ) -> StepResult:
         # in Box(0, 1) before any change; the resetting rows' scores are ignored (may be NaN)
         scores = validate_scores(actions, (self.num_envs, 1), ignore=resetting)
         if resetting is not None and resetting.any():
@@ -482,18 +416,4 @@ class TaobaoAdsVectorEnv(CoreVectorEnvState, VectorEnv):
         truncated = np.zeros(self.num_envs, dtype=bool)
         if self.max_episode_steps is not None:
             truncated = active & ~terminated & (self._core.steps >= self.max_episode_steps)
-        info = with_masks(info, self.num_envs, active)
-        done = terminated | truncated
-        if mode == AutoresetMode.SAME_STEP and done.any():
-            info["final_obs"] = self._core.observation()
-            info["_final_obs"] = done.copy()
-            info["final_info"] = {
-                k: v for k, v in info.items() if not k.startswith(("final", "_final"))
-            }
-            info["_final_info"] = done.copy()
-            self._core.assign(done)
-        elif mode == AutoresetMode.NEXT_STEP:
-            self._autoreset = done
-        else:
-            self._done = done
-        return self._core.observation(), rewards, terminated, truncated, info
+        return rewards, terminated, truncated, info

@@ -1,0 +1,481 @@
+"""The one harness of the ``fedrec bench`` drivers: output folders, run caches, the worker pool,
+confidence intervals and command-line options generated from a configuration dataclass.
+
+**Output folders.** A driver's default ``--out`` is ``runs/bench/NAME/[LABEL-]HASH`` (git-ignored;
+HASH is :func:`config_hash` of what the run depends on), so a default run never writes into the
+committed ``results/`` and two configurations never share a folder. ``results/...`` is written
+only when ``--out`` names it. A folder given with ``--out`` is checked before anything runs: a
+file of another configuration in it is refused (:func:`check_same`), and so is a folder whose
+table would drop runs this call does not make (:func:`check_subset`); the error is one line and
+asks for another ``--out``.
+
+**Run caches.** Cached records are read with :func:`read_json` and checked whole with the small
+schemas below (:func:`validate`: keys, types, record counts, finite values) before anything is
+used; a bad file is a :class:`BenchError` (a ``ValueError``: ``fedrec`` prints one line naming
+the file and the problem, exit status 2). :func:`write_json` writes atomically.
+
+**Worker pool.** :func:`run_jobs` runs jobs serially or in spawned processes, in order.
+
+**Tables.** :func:`mean_ci` is :func:`fedrec.eval.stats.mean_ci` (95% t-interval over seeds).
+
+**Options.** :func:`add_options` adds one ``--option`` per field of a configuration dataclass:
+the field's attribute docstring (or ``metadata["help"]``) is the help text, its annotation the
+type (``int``, ``float``, ``str``, ``bool``, ``tuple[X, ...]``, ``X | None``) and
+``metadata["choices"]`` the allowed values; :func:`config_from_args` builds the dataclass back
+(its ``__post_init__`` validates). :func:`option` declares such a field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import functools
+import hashlib
+import inspect
+import itertools
+import json
+import math
+import textwrap
+import types
+import typing
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+#: Where the drivers' default output folders go (``runs/`` is git-ignored).
+RUNS_ROOT = Path("runs") / "bench"
+
+
+class BenchError(ValueError):
+    """A bench input the user must fix (a bad cache file, a folder of another configuration)."""
+
+
+# ------------------------------------------------------------------------------ output folders
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` as plain JSON data (tuples as lists, ``inf`` kept as JSON's ``Infinity``)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    return json.loads(json.dumps(value, default=str))
+
+
+def config_hash(key: Any) -> str:
+    """A short, stable hash of a configuration (its JSON with sorted keys)."""
+    text = json.dumps(json_ready(key), sort_keys=True)
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+def default_out(bench: str, key: Any, label: str | None = None) -> Path:
+    """``runs/bench/BENCH/[LABEL-]HASH``: a default output folder of its own per configuration."""
+    name = config_hash(key)
+    return RUNS_ROOT / bench / (f"{label}-{name}" if label else name)
+
+
+def differences(saved: Any, expected: Any, prefix: str = "") -> list[str]:
+    """The top-level keys (dotted below mappings) where two JSON-ready values differ."""
+    if isinstance(saved, Mapping) and isinstance(expected, Mapping):
+        out = []
+        for key in sorted(set(saved) | set(expected), key=str):
+            if saved.get(key, _MISSING) != expected.get(key, _MISSING):
+                out.append(f"{prefix}{key}")
+        return out
+    return [] if saved == expected else [prefix.rstrip(".") or "value"]
+
+
+_MISSING = object()
+
+
+def check_same(path: Path, saved: Any, expected: Any, *, what: str = "results") -> None:
+    """Refuse ``path`` when it was written by another configuration than ``expected``."""
+    differ = differences(json_ready(saved), json_ready(expected))
+    if differ:
+        shown = ", ".join(differ[:4]) + (", ..." if len(differ) > 4 else "")
+        raise BenchError(
+            f"{path} holds {what} of another configuration ({shown} differ): "
+            "choose another --out (or move the folder away)"
+        )
+
+
+def check_subset(folder: Path, present: Iterable[str], made: Iterable[str], *, what: str) -> None:
+    """Refuse to rewrite ``folder``'s table when it holds runs (``present``) this call does not
+    make (``made``): the table would drop them."""
+    extra = sorted(set(present) - set(made))
+    if extra:
+        shown = ", ".join(extra[:4]) + (", ..." if len(extra) > 4 else "")
+        raise BenchError(
+            f"{folder} holds {what} this call does not include ({shown}): its table would drop "
+            "them; include them or choose another --out"
+        )
+
+
+# ------------------------------------------------------------------------------ run caches
+
+
+def read_json(path: Path, what: str) -> Any:
+    """The JSON in ``path`` (gzipped when its name ends in ``.gz``, as in a compacted run); a
+    file that cannot be read or parsed is a one-line :class:`BenchError`."""
+    import gzip
+
+    try:
+        data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        return json.loads(data.decode("utf-8"))
+    except (OSError, EOFError, UnicodeDecodeError, ValueError) as error:
+        reason = getattr(error, "msg", None) or getattr(error, "strerror", None) or str(error)
+        raise BenchError(
+            f"{path} is not a valid {what} ({reason}): delete it to run again, or choose "
+            "another --out"
+        ) from None
+
+
+def write_json(path: Path, data: Any, *, indent: int | None = 1) -> Path:
+    """Write ``data`` as JSON atomically (a crash leaves the old file or none)."""
+    from fedrec.train.checkpoint import atomic_write
+
+    text = json.dumps(data, indent=indent, default=float)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic_write(path, lambda f: f.write(text.encode()))
+
+
+#: A schema check: the problem with a value, or None.
+Check = Callable[[Any], "str | None"]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def finite(value: Any) -> str | None:
+    """A finite number."""
+    if not _is_number(value):
+        return f"{value!r} is not a number"
+    return None if math.isfinite(value) else f"{value!r} is not finite"
+
+
+def number(value: Any) -> str | None:
+    """A number, possibly infinite, never NaN."""
+    if not _is_number(value):
+        return f"{value!r} is not a number"
+    return "NaN" if math.isnan(value) else None
+
+
+def unit(value: Any) -> str | None:
+    """A finite number in [0, 1] (a rate, an AUC, a hit rate)."""
+    problem = finite(value)
+    if problem is None and not 0 <= value <= 1:
+        problem = f"{value!r} is not in [0, 1]"
+    return problem
+
+
+def non_negative(value: Any) -> str | None:
+    """A finite number >= 0 (a count of seconds)."""
+    problem = finite(value)
+    return problem if problem is not None or value >= 0 else f"{value!r} is negative"
+
+
+def integer(value: Any) -> str | None:
+    """An integer (not a bool)."""
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    return None if ok else f"{value!r} is not an integer"
+
+
+def string(value: Any) -> str | None:
+    return None if isinstance(value, str) else f"{value!r} is not a string"
+
+
+def equal(expected: Any) -> Check:
+    """Exactly ``expected``."""
+    return lambda value: None if value == expected else f"{value!r} is not {expected!r}"
+
+
+def one_of(*choices: Any) -> Check:
+    return lambda value: None if value in choices else f"{value!r} is not one of {list(choices)}"
+
+
+def optional(check: Check) -> Check:
+    """None or ``check``."""
+    return lambda value: None if value is None else check(value)
+
+
+def list_of(check: Check, *, length: int | None = None, min_length: int = 0) -> Check:
+    def run(value: Any) -> str | None:
+        if not isinstance(value, list):
+            return f"not a list but {type(value).__name__}"
+        if length is not None and len(value) != length:
+            return f"{len(value)} entries, expected {length}"
+        if len(value) < min_length:
+            return f"{len(value)} entries, expected at least {min_length}"
+        for i, item in enumerate(value):
+            problem = check(item)
+            if problem:
+                return f"[{i}]: {problem}"
+        return None
+
+    return run
+
+
+def mapping_of(check: Check, *, min_length: int = 0) -> Check:
+    """A JSON object whose every value passes ``check``."""
+
+    def run(value: Any) -> str | None:
+        if not isinstance(value, dict):
+            return f"not an object but {type(value).__name__}"
+        if len(value) < min_length:
+            return f"{len(value)} entries, expected at least {min_length}"
+        for key, item in value.items():
+            problem = check(item)
+            if problem:
+                return f"{key}: {problem}"
+        return None
+
+    return run
+
+
+def record(required: Mapping[str, Check], optional_keys: Mapping[str, Check] = {}) -> Check:
+    """A JSON object with every ``required`` key (and any ``optional_keys``) passing its check."""
+
+    def run(value: Any) -> str | None:
+        if not isinstance(value, dict):
+            return f"not an object but {type(value).__name__}"
+        missing = [key for key in required if key not in value]
+        if missing:
+            return f"missing key(s) {', '.join(missing)}"
+        for key, check in (*required.items(), *optional_keys.items()):
+            if key in value:
+                problem = check(value[key])
+                if problem:
+                    return f"{key}: {problem}"
+        return None
+
+    return run
+
+
+def validate(value: Any, check: Check, path: Path, what: str) -> Any:
+    """``value`` if it passes ``check``, else a one-line :class:`BenchError` naming ``path``."""
+    problem = check(value)
+    if problem:
+        raise BenchError(
+            f"{path} is not a valid {what}: {problem} (delete it to run again, or choose "
+            "another --out)"
+        )
+    return value
+
+
+def read_cached(path: Path, check: Check, what: str) -> Any:
+    """:func:`read_json` then :func:`validate`."""
+    return validate(read_json(path, what), check, path, what)
+
+
+# ------------------------------------------------------------------------------ worker pool
+
+
+def _one_thread() -> None:
+    """A pool process: one thread per library (the jobs share the cores)."""
+    import os
+
+    for name in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = "1"
+
+
+def run_jobs(
+    job: Callable[[Any], Any],
+    specs: Sequence[Any],
+    *,
+    jobs: int = 1,
+    initializer: Callable[[], None] | None = _one_thread,
+) -> Iterator[tuple[Any, Any]]:
+    """``(spec, job(spec))`` for every spec, in order: in this process when ``jobs`` is 1, else
+    in ``jobs`` spawned processes (``job`` must be importable: a module-level function)."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    if jobs == 1 or len(specs) <= 1:
+        for spec in specs:
+            yield spec, job(spec)
+        return
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    with ProcessPoolExecutor(
+        jobs, mp_context=get_context("spawn"), initializer=initializer
+    ) as pool:
+        futures = [(spec, pool.submit(job, spec)) for spec in specs]
+        for spec, future in futures:
+            yield spec, future.result()
+
+
+# ------------------------------------------------------------------------------ tables
+
+
+def mean_ci(values: Iterable[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Mean and half-width of the t-interval (:func:`fedrec.eval.stats.mean_ci`: the half-width
+    is NaN for one value, and such a cell prints the mean alone)."""
+    from fedrec.eval.stats import mean_ci as t_mean_ci  # scipy.stats: imported when needed
+
+    return t_mean_ci(list(values), confidence)
+
+
+def plus_minus(mean: float, half: float | None, digits: int = 4) -> str:
+    """``mean ± half`` (the mean alone for a missing or NaN half-width, "–" for a NaN mean)."""
+    if not math.isfinite(mean):
+        return "–"
+    if half is None or not math.isfinite(half):
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ± {half:.{digits}f}"
+
+
+# ------------------------------------------------------------------------------ options
+
+
+def option(default: Any = dataclasses.MISSING, *, cli: bool = True, **metadata: Any) -> Any:
+    """A configuration field with command-line metadata: ``help`` (else the attribute docstring),
+    ``choices``, ``flag`` (the option's name), ``metavar``; ``cli=False`` keeps it off the
+    command line. A list or tuple default is copied per instance."""
+    meta = {"cli": cli, **metadata}
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """The attribute docstrings of a dataclass (the string literal right below a field)."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):  # pragma: no cover - no source at hand
+            continue
+        body = tree.body[0].body  # type: ignore[attr-defined]
+        for node, after in itertools.pairwise(body):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def _parse_type(annotation: Any) -> tuple[type, bool, bool]:
+    """``(scalar type, is a sequence, may be None)`` of a field annotation."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        scalar, many, _ = _parse_type(inner[0])
+        return scalar, many, True
+    if origin in (tuple, list, Sequence):
+        return _parse_type(args[0])[0], True, False
+    return annotation, False, False
+
+
+def _fields(cls: type) -> list[tuple[dataclasses.Field, type, bool, bool]]:
+    hints = typing.get_type_hints(cls)
+    return [
+        (f, *_parse_type(hints[f.name]))
+        for f in dataclasses.fields(cls)
+        if f.metadata.get("cli", True) and f.init
+    ]
+
+
+def _default(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return None
+
+
+def flag_of(field: dataclasses.Field) -> str:
+    return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
+
+
+def add_options(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    cls: type,
+    *,
+    skip: Iterable[str] = (),
+    defaults: Mapping[str, Any] | None = None,
+) -> None:
+    """One option per field of ``cls`` (not in ``skip``): see the module doc. Options default to
+    None (the dataclass's default applies); ``defaults`` replaces some defaults in the help."""
+    skip = set(skip)
+    docs = field_docs(cls)
+    for field, scalar, many, _ in _fields(cls):
+        if field.name in skip:
+            continue
+        default = (defaults or {}).get(field.name, _default(field))
+        text = field.metadata.get("help") or docs.get(field.name, "")
+        kwargs: dict[str, Any] = {"dest": field.name, "default": None}
+        if "metavar" in field.metadata:
+            kwargs["metavar"] = field.metadata["metavar"]
+        if scalar is bool and not many:
+            shown = "on" if default else "off"
+            kwargs["action"] = argparse.BooleanOptionalAction
+            parser.add_argument(flag_of(field), help=_help(text, shown), **kwargs)
+            continue
+        kwargs["type"] = field.metadata.get("parse", scalar)
+        choices = field.metadata.get("cli_choices", field.metadata.get("choices"))
+        if choices is not None and not callable(choices):  # a registry's: by check_fields
+            kwargs["choices"] = tuple(choices)
+        if many:
+            kwargs["nargs"] = field.metadata.get("nargs", "+")
+            shown = " ".join(str(v) for v in default) if default else "none"
+        else:
+            shown = default
+        parser.add_argument(flag_of(field), help=_help(text, shown), **kwargs)
+
+
+def _help(text: str, default: Any) -> str:
+    """The doc line, with the default unless the doc already names it."""
+    text = text.rstrip(".")
+    if default is None or "default" in text:
+        return text
+    return f"{text} (default {default})"
+
+
+def options_of(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The fields of ``cls`` that were given on the command line (sequences as tuples)."""
+    given = {}
+    for field, _, many, _ in _fields(cls):
+        value = getattr(args, field.name, None)
+        if value is None:
+            continue
+        given[field.name] = tuple(dict.fromkeys(value)) if many else value
+    return given
+
+
+def config_from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> Any:
+    """``cls`` from the given options, then ``overrides`` (e.g. shortened ``--quick`` defaults
+    for the fields not given); its ``__post_init__`` validates."""
+    given = options_of(args, cls)
+    return cls(**{**overrides, **given})
+
+
+def check_fields(config: Any) -> None:
+    """Check a configuration's fields against their metadata: ``choices`` (a sequence, or a
+    function returning one, for names read from a registry) for the value or each entry of a
+    sequence, and ``min``; one ``ValueError`` listing every problem."""
+    problems = []
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if value is None:
+            continue
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        choices = field.metadata.get("choices")
+        if callable(choices):
+            choices = choices()
+        if choices is not None:
+            bad = [v for v in values if v not in choices]
+            if bad or (isinstance(value, (tuple, list)) and not value):
+                problems.append(f"{field.name} must be one of {tuple(choices)}, got {value!r}")
+        low = field.metadata.get("min")
+        if low is not None and any(v < low for v in values):
+            problems.append(f"{field.name} must be >= {low}, got {value!r}")
+    if problems:
+        raise ValueError("; ".join(problems))

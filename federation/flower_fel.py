@@ -64,6 +64,7 @@ from fedrec.train.fel import (
     select_clients,
     train_rows_of,
 )
+from fedrec.train.fel_privacy import validate_dp_arguments
 
 #: The click data sets a FEL Flower run reads (as ``fedrec bench fel --data``).
 DATASETS = ("taobao-synthetic", "taobao", "ml-100k")
@@ -183,8 +184,15 @@ def check_supported(
     if c.dp is not None:
         if (c.dp.noise_multiplier is None) == (c.dp.target_epsilon is None):
             problems.append("DPConfig needs exactly one of noise_multiplier and target_epsilon")
-        if not c.dp.clip_norm > 0 or not 0 < c.dp.delta < 1:
-            problems.append("DPConfig needs clip_norm > 0 and 0 < delta < 1")
+        try:
+            validate_dp_arguments(
+                clip_norm=c.dp.clip_norm,
+                noise_multiplier=c.dp.noise_multiplier,
+                target_epsilon=c.dp.target_epsilon,
+                delta=c.dp.delta,
+            )
+        except ValueError as error:
+            problems.append(str(error))
     if not 0 <= opt_in_fraction <= 1:
         problems.append(f"opt_in_fraction must be in [0, 1], got {opt_in_fraction}")
     if problems:

@@ -7,9 +7,18 @@ from it. Environments and agents contribute their state as data (``state_dict()`
 pickle. NumPy arrays, which ``weights_only`` does not accept, travel as tensors tagged
 ``{"__ndarray__": tensor}`` and come back as arrays with the same dtype and shape.
 
-*Atomic*: each write goes to a temporary file in the same directory, is flushed and fsynced, then
-renamed over the target with :func:`os.replace`, so a crash at any moment leaves either the old
-file or the new one, never half of one.
+*Atomic*: each write goes to a temporary file ``.<name>.XXXXXXXX.tmp`` in the same directory, is
+flushed and fsynced, then renamed over the target with :func:`os.replace`, so a crash at any moment
+leaves either the old file or the new one, never half of one. A process killed during a write
+leaves its temporary file behind; the next write of the same target removes it
+(:func:`clean_orphans`), never a file another live process is still writing.
+
+*Checked*: a checkpoint is a plain ``torch.save`` zip archive whose zip comment holds the SHA-256
+of every byte before it (``fedrec-sha256:<64 hex digits>``; ``zipfile`` and ``torch.load`` read it
+as usual). :func:`load_checkpoint` verifies it before unpickling anything, so a flipped bit anywhere
+in the file is refused (torch's zip reader checks no CRC), and refuses floating-point tensors that
+hold NaN or inf (a diverged run is not resumed silently), except arrays under the keys of
+:data:`NAN_MARKER_KEYS`, which use NaN as "no value yet".
 
 *Owned*: a checkpoint records the setup of the run that wrote it (:func:`setup_hash` of the run's
 config without its length), and a training loop refuses a checkpoint of another setup.
@@ -19,32 +28,113 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import io
 import json
 import os
+import re
+import struct
 import tempfile
-from collections.abc import Callable, Mapping
+import time
+import warnings
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 import torch
 
+try:  # POSIX: a live writer holds a lock on its temporary file (see clean_orphans)
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: orphans are recognised by age alone
+    fcntl = None  # type: ignore[assignment]
+
 #: Bumped when the layout of a checkpoint changes incompatibly.
 CHECKPOINT_FORMAT = 2
 _ARRAY_TAG = "__ndarray__"
+#: The zip comment of a checkpoint: this marker and the SHA-256 (hex) of all bytes before it.
+_CHECKSUM_MARKER = b"fedrec-sha256:"
+_CHECKSUM_LENGTH = len(_CHECKSUM_MARKER) + 64
+_EOCD_SIGNATURE = b"PK\x05\x06"  # a zip's end-of-central-directory record (22 bytes + comment)
+_EOCD_SIZE = 22
+#: Keys whose arrays use NaN as "no value yet" (a user's satisfaction readings before the first
+#: one): :func:`load_checkpoint` does not refuse NaN or inf anywhere under them.
+NAN_MARKER_KEYS: frozenset[str] = frozenset({"readings"})
+#: The random part of a temporary file's name (what :func:`tempfile.mkstemp` draws).
+_TMP_RANDOM = r"[a-z0-9_]{8}"
+#: An empty temporary file younger than this may belong to a writer that has not locked it yet.
+_ORPHAN_GRACE_S = 60.0
+
+
+def clean_orphans(directory: Path | str, name: str | None = None) -> list[Path]:
+    """Remove the temporary files that :func:`atomic_write` left in ``directory`` when its
+    process was killed (``.<name>.XXXXXXXX.tmp``, for target ``name`` or, when None, for every
+    target); return the paths removed.
+
+    Only files of exactly that pattern are candidates, and only orphans are removed: a live writer
+    holds an exclusive lock on its file while writing, so a file that can be locked and is
+    non-empty (or empty and older than a minute) has lost its writer. Without ``fcntl`` (Windows)
+    a candidate is removed once it is older than a minute."""
+    directory = Path(directory)
+    target = re.escape(name) if name is not None else r".+"
+    pattern = re.compile(rf"\.{target}\.{_TMP_RANDOM}\.tmp")
+    removed = []
+    try:
+        candidates = [p for p in directory.iterdir() if pattern.fullmatch(p.name)]
+    except OSError:  # no directory yet, or not readable: nothing to clean
+        return removed
+    for candidate in candidates:
+        if _is_orphan(candidate):
+            try:
+                candidate.unlink()
+            except OSError:  # removed meanwhile, or not ours to remove: leave it
+                continue
+            removed.append(candidate)
+    return removed
+
+
+def _is_orphan(path: Path) -> bool:
+    """Whether the temporary file ``path`` was left by a writer that is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:  # vanished, a link, or unreadable: not ours to judge
+        return False
+    try:
+        info = os.fstat(fd)
+        young = time.time() - info.st_mtime < _ORPHAN_GRACE_S
+        if fcntl is None:
+            return not young
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # a live writer holds it
+            return False
+        # Locked by nobody: a writer locks before its first byte, so a non-empty file is an
+        # orphan; an empty one may be a writer between mkstemp and its lock, unless it is old.
+        return info.st_size > 0 or not young
+    finally:
+        os.close(fd)  # also releases our lock
 
 
 def atomic_write(path: Path | str, write: Callable[[IO[bytes]], None]) -> Path:
-    """Write ``path`` atomically with ``write(file)``."""
+    """Write ``path`` atomically with ``write(file)``; orphaned temporary files of earlier
+    writes of ``path`` (a killed process's) are removed first (:func:`clean_orphans`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    clean_orphans(path.parent, path.name)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        if fcntl is not None:  # held until renamed: clean_orphans leaves the file alone
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:  # no locks here (some network file systems): write unlocked
+                pass
         with os.fdopen(fd, "wb") as file:
             write(file)
             file.flush()
             os.fsync(file.fileno())
-        os.replace(tmp, path)
+            if fcntl is not None:  # POSIX renames an open file: rename while still locked
+                os.replace(tmp, path)
+        if fcntl is None:
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -102,22 +192,111 @@ def from_plain(value: Any) -> Any:
 
 
 def save_checkpoint(path: Path | str, state: Mapping[str, Any]) -> Path:
-    """Atomically save ``state`` (plain data, see :func:`to_plain`) as a checkpoint."""
+    """Atomically save ``state`` (plain data, see :func:`to_plain`) as a checkpoint, with the
+    SHA-256 of its bytes in the zip comment (see the module doc)."""
     plain = to_plain({"format": CHECKPOINT_FORMAT, **state}, "checkpoint")
-    return atomic_write(path, lambda file: torch.save(plain, file))
+    buffer = io.BytesIO()
+    torch.save(plain, buffer)
+    data = buffer.getbuffer()
+    eocd = len(data) - _EOCD_SIZE
+    if bytes(data[eocd : eocd + 4]) != _EOCD_SIGNATURE or bytes(data[-2:]) != b"\0\0":
+        raise RuntimeError("torch.save wrote no zip archive without comment: cannot checksum it")
+    data[-2:] = struct.pack("<H", _CHECKSUM_LENGTH)  # the comment's length, then the comment
+    trailer = _CHECKSUM_MARKER + hashlib.sha256(data).hexdigest().encode("ascii")
+
+    def write(file: IO[bytes]) -> None:
+        file.write(data)
+        file.write(trailer)
+
+    try:
+        return atomic_write(path, write)
+    finally:
+        data.release()
 
 
-def load_checkpoint(path: Path | str) -> dict[str, Any]:
+def _verified_payload(path: Path, data: bytes) -> None:
+    """Refuse ``data`` (the bytes of checkpoint ``path``) unless its checksum matches; a file
+    from before checksums (a zip without comment) is accepted with a warning."""
+    if len(data) >= _EOCD_SIZE + _CHECKSUM_LENGTH:
+        trailer = data[-_CHECKSUM_LENGTH:]
+        eocd = data[-_CHECKSUM_LENGTH - _EOCD_SIZE : -_CHECKSUM_LENGTH]
+        if (
+            trailer.startswith(_CHECKSUM_MARKER)
+            and eocd.startswith(_EOCD_SIGNATURE)
+            and eocd[-2:] == struct.pack("<H", _CHECKSUM_LENGTH)
+        ):
+            expected = trailer[len(_CHECKSUM_MARKER) :]
+            actual = hashlib.sha256(memoryview(data)[:-_CHECKSUM_LENGTH]).hexdigest()
+            if actual.encode("ascii") != expected:
+                raise ValueError(
+                    f"checkpoint {path} is corrupt: its SHA-256 does not match the one recorded "
+                    "when it was written (refused, nothing was loaded; start the run again "
+                    "without --resume, or restore the file)"
+                )
+            return
+    if data[-_EOCD_SIZE : -_EOCD_SIZE + 4] == _EOCD_SIGNATURE and data[-2:] == b"\0\0":
+        # Old checkpoints stay resumable (the state's layout is unchanged and weights_only still
+        # guards against code); their integrity cannot be verified, so say so. The next
+        # checkpoint the resumed run writes has a checksum.
+        warnings.warn(
+            f"checkpoint {path} has no checksum (written by an older fedrec): loaded without an "
+            "integrity check",
+            UserWarning,
+            stacklevel=3,
+        )
+        return
+    raise ValueError(
+        f"checkpoint {path} is corrupt or not a fedrec checkpoint: no valid checksum record at "
+        "its end (refused, nothing was loaded)"
+    )
+
+
+def _first_non_finite(value: Any, where: str, exempt: Collection[str]) -> str | None:
+    """The path of the first floating-point tensor in ``value`` holding NaN or inf, or None."""
+    if isinstance(value, torch.Tensor):
+        if (value.is_floating_point() or value.is_complex()) and not bool(
+            torch.isfinite(value).all()
+        ):
+            return where
+        return None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if key in exempt:
+                continue
+            inner = where if key == _ARRAY_TAG else f"{where}.{key}"
+            found = _first_non_finite(item, inner, exempt)
+            if found is not None:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = _first_non_finite(item, f"{where}[{i}]", exempt)
+            if found is not None:
+                return found
+    return None
+
+
+def load_checkpoint(
+    path: Path | str, *, nan_markers: Collection[str] = NAN_MARKER_KEYS
+) -> dict[str, Any]:
     """Load a checkpoint written by :func:`save_checkpoint` without running code from it.
 
+    The file's SHA-256 is verified first: a corrupt file (one flipped bit anywhere) raises
+    ``ValueError`` naming it, and nothing is unpickled. A checkpoint written before fedrec
+    recorded checksums (a zip without comment) is loaded with a ``UserWarning``: it has the same
+    layout, ``weights_only`` still guards it, and refusing it would make every run in flight at
+    the upgrade unresumable; the resumed run's next checkpoint has a checksum. Then
     ``torch.load(weights_only=True)`` refuses every pickled object that is not plain data, so a
-    crafted or foreign file raises ``ValueError`` (naming the file) and executes nothing.
+    crafted or foreign file raises ``ValueError`` and executes nothing. Finally a floating-point
+    tensor or array with NaN or inf is refused (naming where it is), except under the keys
+    ``nan_markers`` (arrays that use NaN for "no value yet").
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
+    data = path.read_bytes()
+    _verified_payload(path, data)
     try:
-        state = torch.load(path, weights_only=True, map_location="cpu")
+        state = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     except Exception as error:  # corrupt, foreign or unsafe: say which file, load nothing
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ValueError(
@@ -129,6 +308,12 @@ def load_checkpoint(path: Path | str) -> dict[str, Any]:
         raise ValueError(
             f"checkpoint {path} has format {found!r}, expected {CHECKPOINT_FORMAT} (written by "
             "another fedrec version; start the run again without --resume)"
+        )
+    where = _first_non_finite(state, "checkpoint", frozenset(nan_markers))
+    if where is not None:
+        raise ValueError(
+            f"checkpoint {path}: {where} holds NaN or inf (refused, nothing was loaded; the run "
+            "that wrote it had diverged, or the file was altered)"
         )
     return from_plain(dict(state))
 

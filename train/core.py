@@ -43,6 +43,7 @@ import torch
 
 from fedrec.envs.state import env_state, load_env_state
 from fedrec.train.checkpoint import (
+    clean_orphans,
     load_checkpoint,
     save_checkpoint,
     setup_differences,
@@ -403,6 +404,7 @@ class Trainer(abc.ABC):
         torch.set_num_threads(self.torch_threads)
         if self.out is not None:
             self._check_run_directory()
+            clean_orphans(self.out)  # temporaries of a run killed mid-write
             self._check_checkpoints()
         state = self._load()
         if self.out is not None:

@@ -46,6 +46,7 @@ from fedrec.train.fel_privacy import (
     dp_aggregate,
     fel_epsilon,
     noise_multiplier_for,
+    validate_dp_arguments,
 )
 
 RULES = ("mean", "median", "max", "route")
@@ -69,6 +70,16 @@ class DPConfig:
     noise_multiplier: float | None = None
     target_epsilon: float | None = None
     delta: float = 1e-5
+
+    def __post_init__(self) -> None:
+        # A NaN or negative noise multiplier would otherwise hang or fail only in the
+        # accounting at the end of the run.
+        validate_dp_arguments(
+            clip_norm=self.clip_norm,
+            noise_multiplier=self.noise_multiplier,
+            target_epsilon=self.target_epsilon,
+            delta=self.delta,
+        )
 
 
 @dataclass(frozen=True)

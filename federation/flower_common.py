@@ -1,6 +1,6 @@
 """What fedrec's Flower apps share: how a job reaches them, quiet settings, the server's helpers.
 
-A fedrec Flower app (:mod:`fedrec.federation.flower_fedncf`, :mod:`fedrec.federation.flower_fel`)
+A fedrec Flower app (:mod:`fedrec.train.fedncf.flower`, :mod:`fedrec.federation.flower_fel`)
 is a module with a ``server_app`` and a ``client_app``. Both read the job they run (data set,
 configuration, number of nodes, where the server writes its result) from one JSON value of the
 run configuration, :data:`JOB_KEY`: Flower's run configuration holds only flat TOML scalars,
@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -24,6 +25,8 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from fedrec.federation.supervisor import Watchdog, spawn
 
 #: The run-configuration key holding the job as a JSON string.
 JOB_KEY = "fedrec-job"
@@ -137,9 +140,19 @@ def ray_init_args(temp_dir: str) -> dict[str, Any]:
 
 #: Environment of a simulation's process: quiet (:data:`QUIET_ENV`) and Ray on loopback.
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+#: The environment variable that marks every process of one simulation (a random token): the
+#: watchdog finds Ray's processes by it if ``fedrec`` dies without stopping them.
+SIMULATION_MARK = "FEDREC_FLOWER_SIMULATION"
 
 
-def simulate(app: str, job: str, *, num_nodes: int, verbose: bool = False) -> None:
+def simulate(
+    app: str,
+    job: str,
+    *,
+    num_nodes: int,
+    verbose: bool = False,
+    remove_if_killed: Sequence[str | Path] = (),
+) -> None:
     """Run the apps of module ``app`` (its ``simulation_apps(job)``) for the JSON ``job`` on
     Flower's simulation engine (Ray) with ``num_nodes`` SuperNodes, one CPU each.
 
@@ -148,7 +161,15 @@ def simulate(app: str, job: str, *, num_nodes: int, verbose: bool = False) -> No
     its process group holds every Ray process it starts) and in a fresh temp dir (also its
     working directory: a ``fedrec`` folder in the caller's one cannot shadow the package in
     Ray's workers); on SIGINT/SIGTERM this process kills that group and raises
-    :class:`Interrupted`; the temp dir, with Ray's session folder, is removed in every case."""
+    :class:`Interrupted`; the temp dir, with Ray's session folder, is removed in every case.
+
+    If this process dies without stopping them (SIGKILL), nothing is left either
+    (:mod:`fedrec.federation.supervisor`): the child is started with a parent-death signal
+    (SIGKILL), and a :class:`~fedrec.federation.supervisor.Watchdog` process, which notices the
+    death when its pipe from here closes, SIGKILLs the child's process group and every process
+    carrying the run's :data:`SIMULATION_MARK` in its environment (Ray's GCS, raylet and workers
+    inherit it), then removes the temp dir and the folders in ``remove_if_killed`` (the caller's
+    own temp dirs, which its ``finally`` cannot remove then)."""
     if num_nodes < 1:
         raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
     folder = Path(tempfile.mkdtemp(prefix="fedrec-flower-"))
@@ -158,12 +179,29 @@ def simulate(app: str, job: str, *, num_nodes: int, verbose: bool = False) -> No
         env = {**os.environ, **QUIET_ENV, **LOOPBACK_ENV}
         if verbose:
             env["FEDREC_FLOWER_VERBOSE"] = "1"
+        env[SIMULATION_MARK] = secrets.token_hex(8)
         with _signals_raise():
-            child = subprocess.Popen(command, cwd=folder, env=env, start_new_session=True)
+            # SIGKILL at once, the group too: Ray's processes keep nothing worth saving
+            watchdog = Watchdog(SIMULATION_MARK, env[SIMULATION_MARK], grace_s=0.0)
             try:
-                code = child.wait()
+                for path in [folder, *remove_if_killed]:
+                    watchdog.remove(path)
+                child = spawn(
+                    command,
+                    death_signal=signal.SIGKILL,
+                    cwd=folder,
+                    env=env,
+                    start_new_session=True,  # its process group holds every Ray process
+                )
+                watchdog.watch(child.pid)
+                watchdog.watch_group(child.pid)
+                try:
+                    code = child.wait()
+                finally:
+                    _stop_group(child)
             finally:
-                _stop_group(child)
+                with _signals_ignored():
+                    watchdog.close()
         if code != 0:
             error = folder / "error.txt"
             reason = error.read_text().strip() if error.is_file() else f"exit status {code}"

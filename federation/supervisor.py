@@ -1,9 +1,10 @@
 """One supervisor for fedrec's child processes: start them so they die with fedrec, tell whether
 they still run, stop them (grace, then kill), and stop them on SIGINT / SIGTERM / SIGHUP.
 
-FedSlate's party processes (``agents/fedslate/remote.py``) and a loopback Flower deployment
-(``federation/flower_deploy.py``) both use it, so both agree on what "alive" means (an exited
-process that its parent has not reaped yet, a zombie, is dead) and on how a run is stopped.
+FedSlate's party processes (``agents/fedslate/remote.py``), a loopback Flower deployment
+(``federation/flower_deploy.py``) and a Flower simulation (``federation/flower_common.py``) use
+it, so they agree on what "alive" means (an exited process that its parent has not reaped yet,
+a zombie, is dead) and on how a run is stopped.
 
 * :func:`spawn` starts a command through a tiny exec shim (this file run as a script with
   ``python -I -S``, no fedrec import) that asks Linux for a *parent-death signal*
@@ -12,7 +13,8 @@ process that its parent has not reaped yet, a zombie, is dead) and on how a run 
 * :class:`Watchdog` is a separate small process holding a pipe from fedrec; when the pipe closes
   without a goodbye (fedrec died, even by SIGKILL) it stops every process it was told about and
   every process whose environment carries a given ``NAME=token`` mark (grandchildren that a
-  parent-death signal does not reach: Flower's SuperExec and app processes).
+  parent-death signal does not reach: Flower's SuperExec and app processes, Ray's daemons) and
+  every member of the process groups it was given, then removes the folders it was given.
 * :func:`stop_on_signals` turns SIGINT / SIGTERM / SIGHUP into a :class:`Stopped` exception, so
   ``finally`` blocks stop the children and a command line reports one line instead of dying.
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -104,6 +107,23 @@ def marked(variable: str, token: str) -> list[int]:
     return [pid for pid in found if pid != os.getpid() and alive(pid)]
 
 
+def group_members(pgid: int) -> list[int]:
+    """Pids of the live processes of process group ``pgid`` (Linux ``/proc``; elsewhere
+    ``[pgid]`` while the group's leader runs), this process excluded."""
+    if pgid <= 1:  # no real group of a child (0 would name our own)
+        return []
+    stats = list(Path("/proc").glob("[0-9]*/stat"))
+    if not stats:
+        return [pgid] if pgid != os.getpid() and alive(pgid) else []
+    found = []
+    for stat in stats:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # after the command's closing parenthesis: state, ppid, pgrp
+            if int(stat.read_bytes().rpartition(b")")[2].split()[2]) == pgid:
+                found.append(int(stat.parent.name))
+    return [pid for pid in found if pid != os.getpid() and alive(pid)]
+
+
 def _reap(pids: Iterable[int]) -> None:
     """Collect the exit status of those of ``pids`` that are our exited children."""
     for pid in pids:
@@ -119,14 +139,16 @@ def terminate(
     also: Callable[[], Iterable[int]] | None = None,
 ) -> bool:
     """SIGTERM ``pids`` (and whatever ``also()`` lists at each step), then SIGKILL what is left
-    after ``grace_s``. Returns whether everything is gone."""
+    after ``grace_s`` (a ``grace_s`` of 0 or less: SIGKILL at once). Returns whether everything
+    is gone."""
     fixed = list(pids)
 
     def members() -> list[int]:
         extra = list(also()) if also is not None else []
         return sorted({pid for pid in [*fixed, *extra] if alive(pid)})
 
-    for signum, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, kill_wait_s)):
+    steps = [(signal.SIGTERM, grace_s)] if grace_s > 0 else []
+    for signum, wait in [*steps, (signal.SIGKILL, kill_wait_s)]:
         for pid in members():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signum)
@@ -157,9 +179,10 @@ class Watchdog:
 
     :param variable: with ``token``: the environment mark of the run's processes (see
         :func:`marked`); the watchdog is given them through its stdin, never argv or a file.
-    :param grace_s: SIGTERM, then SIGKILL after this many seconds.
+    :param grace_s: SIGTERM, then SIGKILL after this many seconds (0: SIGKILL at once).
 
-    :meth:`watch` adds a pid; :meth:`close` says goodbye (the processes were stopped by the
+    :meth:`watch` adds a pid, :meth:`watch_group` a process group, :meth:`remove` a folder to
+    remove once they are stopped; :meth:`close` says goodbye (the processes were stopped by the
     caller) and waits for the watchdog to exit.
     """
 
@@ -188,6 +211,15 @@ class Watchdog:
         """Stop ``pid`` too if this process dies."""
         self._send(f"pid {int(pid)}")
 
+    def watch_group(self, pgid: int) -> None:
+        """Stop every process of group ``pgid`` too if this process dies (a child started in a
+        session of its own, and what it started there)."""
+        self._send(f"group {int(pgid)}")
+
+    def remove(self, path: str | os.PathLike[str]) -> None:
+        """Remove the folder ``path`` (once the processes are stopped) if this process dies."""
+        self._send(f"remove {os.fsencode(Path(path).resolve()).hex()}")
+
     def close(self) -> None:
         """Goodbye: the watchdog exits without stopping anything (idempotent)."""
         stdin = self.proc.stdin
@@ -208,6 +240,8 @@ def _watch(grace_s: float) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     variable = token = ""
     pids: list[int] = []
+    groups: list[int] = []
+    folders: list[str] = []
     for raw in sys.stdin.buffer:
         words = raw.decode("utf-8", "replace").split()
         if words[:1] == ["bye"]:
@@ -216,9 +250,22 @@ def _watch(grace_s: float) -> int:
             variable, token = words[1], words[2]
         elif words[:1] == ["pid"] and len(words) == 2 and words[1].isdigit():
             pids.append(int(words[1]))
+        elif words[:1] == ["group"] and len(words) == 2 and words[1].isdigit():
+            groups.append(int(words[1]))
+        elif words[:1] == ["remove"] and len(words) == 2:
+            with contextlib.suppress(ValueError):
+                folders.append(os.fsdecode(bytes.fromhex(words[1])))
     # EOF without goodbye: the parent died (maybe by SIGKILL). Stop what it ran.
-    also = (lambda: marked(variable, token)) if variable else None
-    terminate(pids, grace_s=grace_s, also=also)
+
+    def also() -> list[int]:
+        found = marked(variable, token) if variable else []
+        for pgid in groups:
+            found += group_members(pgid)
+        return found
+
+    terminate(pids, grace_s=grace_s, also=also if variable or groups else None)
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
     return 0
 
 

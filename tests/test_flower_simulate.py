@@ -1,10 +1,11 @@
 """``fedrec flower simulate`` is safe to run: Ray listens on 127.0.0.1 only, its session folder
 lives in a per-run temp dir that is removed, SIGINT and SIGTERM stop the run with one line and
-status 130 / 143 and leave no Ray process, and a ``fedrec`` folder in the working directory does
-not shadow the package."""
+status 130 / 143 and leave no Ray process, a SIGKILL of ``fedrec`` leaves none either (nor the
+run's temp dir), and a ``fedrec`` folder in the working directory does not shadow the package."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -155,6 +156,31 @@ def test_a_signal_stops_the_simulation_and_every_ray_process(
     time.sleep(0.5)
     assert _processes_with(short_tmp) == {}  # no Ray process left
     assert list(short_tmp.iterdir()) == []  # the run's temp dir and Ray's session are gone
+
+
+def test_sigkill_of_fedrec_leaves_no_flower_or_ray_process(data_dir: str, short_tmp: Path) -> None:
+    """fedrec cannot stop anything when it is SIGKILLed: the simulation's parent-death signal
+    and the watchdog stop the simulation and every Ray process, and remove the run's temp dir."""
+    command = _start(data_dir, 100000, short_tmp, cwd=short_tmp)
+    try:
+        _wait_for_workers(command, short_tmp)
+        os.kill(command.pid, signal.SIGKILL)
+        command.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while _processes_with(short_tmp) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = _processes_with(short_tmp)
+        assert left == {}, f"processes of the run left 30 s after SIGKILL: {left}"
+        # the run's temp dir, with Ray's session folder, is gone
+        assert list(short_tmp.glob("fedrec-flower-*")) == []
+    finally:
+        for pid in [command.pid, *_processes_with(short_tmp)]:  # the run's leftovers, if any
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        command.wait()
+        for stream in (command.stdout, command.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def test_a_fedrec_folder_in_the_working_directory_does_not_shadow_the_package(

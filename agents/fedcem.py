@@ -612,7 +612,7 @@ class FedCEMAgent(MultiPlatformAgent):
     def privacy(self) -> dict[str, float] | None:
         """With ``protection="dp"``: (epsilon, delta) of the run's updates so far, for one user's
         episode returns on every feedback platform, by the RDP accountant of
-        :mod:`fedrec.train.fel_privacy` (Opacus). Each update is a Gaussian mechanism on the
+        :mod:`fedrec.federation.privacy` (Opacus). Each update is a Gaussian mechanism on the
         elite sums with sensitivity ``2 clip_norm`` per platform (:attr:`FedCEMConfig.sensitivity`)
         and noise ``noise_multiplier`` times that at each of the P feedback platforms, so on the
         P platforms' sum a noise multiplier of ``noise_multiplier / sqrt(P)``; no subsampling
@@ -622,7 +622,7 @@ class FedCEMAgent(MultiPlatformAgent):
         epsilon (``epsilon_per_update``). None without DP."""
         if self.config.protection != "dp":
             return None
-        from fedrec.train.fel_privacy import epsilon
+        from fedrec.federation.privacy import epsilon
 
         z = self.config.noise_multiplier / math.sqrt(len(self.feedback_platforms))
         delta = self.config.delta

@@ -6,7 +6,7 @@
 - :class:`FELRankingAgent` ranks the 101 candidates of the MovieLens environments' evaluation mode
   (HR@10 / NDCG@10 through :func:`fedrec.eval.ranking_metrics.evaluate_ranking_agent`).
 
-**Feature mapping (Taobao).** The model was trained on :func:`fedrec.train.fel_data.
+**Feature mapping (Taobao).** The model was trained on :func:`fedrec.envs.datasets.click_data.
 click_data_from_taobao`, built from the ``"all"`` split; the env numbers users and ad groups per
 split (its ``user_id`` and first ``ad_features`` code are positions in that split's sorted
 impressions). :class:`TaobaoFeatureMap` translates them:
@@ -34,8 +34,8 @@ import numpy as np
 import torch
 
 from fedrec.agents.base import Info, Observation, SlateAgent
-from fedrec.train.fel import FederatedResult, combine, forward
-from fedrec.train.fel_data import ClickData
+from fedrec.agents.fel_model import FederatedResult, combine, forward
+from fedrec.envs.datasets.click_data import ClickData
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ ROC AUC against the true elite (0.5: chance), per update, averaged over a run's 
 Settings: ``none`` (FedCEM, population 256), ``none`` at the DP population (the same search
 without noise: what the larger population alone costs and hides), and ``dp`` at each target
 epsilon: the noise multiplier is calibrated (Opacus's RDP accountant,
-:func:`fedrec.train.fel_privacy.noise_multiplier_for`) so that the run's T updates compose to
+:func:`fedrec.federation.privacy.noise_multiplier_for`) so that the run's T updates compose to
 epsilon at delta = 1e-5, and the agent's own accounting (:meth:`FedCEMAgent.privacy`) is
 reported.
 
@@ -51,8 +51,8 @@ from fedrec.agents.registry import build_multi_platform_agent
 from fedrec.envs.multi_platform import ChocKaleMultiPlatformBatchEnv
 from fedrec.eval.elite_inference import METHODS, EliteAudit, play_population
 from fedrec.eval.stats import mean_ci
+from fedrec.federation.privacy import noise_multiplier_for
 from fedrec.registration import LONG_TERM_KWARGS
-from fedrec.train.fel_privacy import noise_multiplier_for
 from fedrec.train.multi_platform import MultiPlatformTrainConfig, train_multi_platform
 
 USERS = 16

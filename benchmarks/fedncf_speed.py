@@ -24,10 +24,10 @@ aggregation round, seed 0), evaluated only at the end, with fresh client optimis
   (the aggregation and the evaluation; the batched clients run in NumPy on OMP_NUM_THREADS
   threads), or with ``--simulation compiled`` the kernel's Numba threads (torch stays at 1).
 
-``--simulation compiled`` times the Numba kernel (:mod:`fedrec.train.fedncf_compiled`) instead of
-the batched NumPy simulation; its runs use ``--kernel-threads`` Numba threads (default: Numba's,
-one per core), and the report gives the kernel's compile time (a fresh process loads it from
-Numba's cache; the trainer does this before its timed training).
+``--simulation compiled`` times the Numba kernel (:mod:`fedrec.train.fedncf.simulate_compiled`)
+instead of the batched NumPy simulation; its runs use ``--kernel-threads`` Numba threads (default:
+Numba's, one per core), and the report gives the kernel's compile time (a fresh process loads it
+from Numba's cache; the trainer does this before its timed training).
 
 ``--reference-rounds N`` adds the batched simulation against the per-client reference loop over
 N aggregation rounds (seconds per round, speed-up, max difference of the trained models).
@@ -59,16 +59,19 @@ import torch
 from fedrec.agents.ncf import NCF, NCFConfig
 from fedrec.envs.datasets.catalog import load_prepared
 from fedrec.federation.aggregators import MFFedAvg
-from fedrec.train import fedncf
 from fedrec.train.fedncf import (
     ClientData,
     FedNCFConfig,
     FedNCFTrainer,
+    compile_kernel,
     round_rng,
     sample_round,
+    simulate_batched,
+    simulate_compiled,
     train_round_batched,
     train_round_reference,
 )
+from fedrec.train.fedncf import rounds as round_pieces
 
 
 def load() -> float:
@@ -134,8 +137,6 @@ def compile_seconds(simulation: str) -> float | None:
     """Seconds to compile the compiled kernel in this process (or to load it from the cache)."""
     if simulation != "compiled":
         return None
-    from fedrec.train.fedncf_compiled import compile_kernel
-
     return compile_kernel()
 
 
@@ -164,16 +165,14 @@ def profile(dataset: str, data_dir: str | None, model: str, rounds: int) -> dict
         return timed
 
     if SIMULATION == "compiled":
-        from fedrec.train import fedncf_compiled
-
         set_kernel_threads(KERNEL_THREADS)
-        patched = [(fedncf_compiled, "_train_clients", "forward+backward")]
+        patched = [(simulate_compiled, "_train_clients", "forward+backward")]
     else:
         patched = [
-            (fedncf, "_plan_round", "planning"),
+            (simulate_batched, "_plan_round", "planning"),
             (run.extra["engine"], "gradients", "forward+backward"),
         ]
-    patched.append((fedncf, "sample_round", "sampling"))
+    patched.append((round_pieces, "sample_round", "sampling"))
     originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patched]
     for owner, name, piece in patched:
         setattr(owner, name, wrap(piece, getattr(owner, name)))

@@ -21,10 +21,10 @@ import warnings
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+from fedrec.envs.datasets.click_data import click_data_from_taobao
 from fedrec.envs.datasets.taobao_synthetic import write_taobao_groups
 from fedrec.train.fel import RULES, DPConfig, FedConfig, LeafConfig, run_fel
-from fedrec.train.fel_clusters import cluster_clients
-from fedrec.train.fel_data import click_data_from_taobao
+from fedrec.train.fel.clusters import cluster_clients
 
 
 def main() -> None:

@@ -23,8 +23,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from fedrec.agents.ncf import NCFConfig
 from fedrec.eval.stats import mean_ci
-from fedrec.federation.flower_fedncf import run_deployment
 from fedrec.train.fedncf import FedNCFConfig, train_federated
+from fedrec.train.fedncf.flower import run_deployment
 
 
 def main() -> None:

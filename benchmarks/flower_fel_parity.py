@@ -7,7 +7,7 @@ Usage: ``python benchmarks/flower_fel_parity.py [--users 5000] [--ads 400] [--ro
 For every seed and privacy level (no DP, then DP-FedAvg at each ``--noise-multipliers`` z with
 clip norm 0.5) it trains FEL's leaves (the gender x age_level feature cross of the synthetic
 Taobao set) and plain FL in-process (:func:`fedrec.train.fel.train_federated`), then the same on
-Flower's simulation engine (:func:`fedrec.federation.flower_fel.run_simulation`, ``baseline=True``)
+Flower's simulation engine (:func:`fedrec.train.fel.flower.run_simulation`, ``baseline=True``)
 with each ``--nodes`` count, and records every test AUC, the client updates, whether the final
 leaves are bit-for-bit the in-process ones, and the median seconds of a training round. Client
 sampling is pure Poisson (``fill_empty_clusters=False``), as in ``fedrec bench fel``. One Ray
@@ -30,7 +30,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
 
-from fedrec.federation.flower_fel import FELClustering, digest, run_simulation
+from fedrec.envs.datasets.click_data import click_data_from_taobao
 from fedrec.train.fel import (
     DPConfig,
     FedConfig,
@@ -40,7 +40,7 @@ from fedrec.train.fel import (
     train_baseline,
     train_federated,
 )
-from fedrec.train.fel_data import click_data_from_taobao
+from fedrec.train.fel.flower import FELClustering, digest, run_simulation
 
 CLUSTERING = FELClustering("feature", features=("final_gender_code", "age_level"))
 RULES = ("route", "over-arch", "mean", "baseline")

@@ -38,8 +38,8 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from fedrec.agents.ncf import NCFConfig
-from fedrec.federation.flower_fedncf import SYNTHETIC_PREFIX, run_deployment, run_simulation
 from fedrec.train.fedncf import FedNCFConfig
+from fedrec.train.fedncf.flower import SYNTHETIC_PREFIX, run_deployment, run_simulation
 
 
 def _scale_module():

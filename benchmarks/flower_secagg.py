@@ -30,8 +30,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 
 from fedrec.agents.ncf import NCFConfig
-from fedrec.federation.flower_fedncf import run_simulation
 from fedrec.train.fedncf import FedNCFConfig, train_federated
+from fedrec.train.fedncf.flower import run_simulation
 
 
 def _data() -> tuple[str | None, str]:

@@ -48,6 +48,8 @@ import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
 import fedrec  # noqa: E402, F401  (registers the environments)
+from fedrec.experiments import harness  # noqa: E402
+from fedrec.experiments.harness import option  # noqa: E402
 
 ENV_ID = "fedrec/ChocKale-v0"
 DEFAULT_SETTINGS: tuple[tuple[int, int], ...] = ((10, 3), (100, 10), (500, 10))
@@ -73,20 +75,32 @@ BATCHED_TARGET_SETTING = (100, 10)
 SINGLE_VS_RECSIM_TARGET = 3.0
 
 
+def _setting(text: str) -> tuple[int, int]:
+    try:
+        n_cand, n_slate = (int(part) for part in text.replace("x", ",").split(","))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"expected N,n (e.g. 100,10), got {text!r}") from error
+    return n_cand, n_slate
+
+
 @dataclass(frozen=True)
 class BenchConfig:
-    """What to measure and for how long."""
+    """What to measure and for how long (its fields are the options of ``fedrec bench envs``)."""
 
-    settings: tuple[tuple[int, int], ...] = DEFAULT_SETTINGS
-    users: tuple[int, ...] = DEFAULT_USERS
+    settings: tuple[tuple[int, int], ...] = option(DEFAULT_SETTINGS, parse=_setting, metavar="N,n")
+    """(num_candidates, slate_size) pairs (default: 10,3 100,10 500,10)"""
+    users: tuple[int, ...] = option(DEFAULT_USERS, metavar="B")
+    """numbers of users of the batched env (default: 1 64 1024 4096)"""
     repeats: int = DEFAULT_REPEATS
-    seconds: float = DEFAULT_SECONDS
-    """Wall time per measurement (ignored when ``steps`` is set)."""
-    steps: int | None = None
-    """Exact number of ``step`` calls per measurement, instead of ``seconds``."""
-    warmup_steps: int = 20
-    seed: int = 0
-    include_recsim: bool = True
+    """runs per cell"""
+    seconds: float = option(DEFAULT_SECONDS, exclusive="budget")
+    """seconds per run"""
+    steps: int | None = option(None, exclusive="budget")
+    """exact step() calls per run, instead of seconds"""
+    warmup_steps: int = option(20, cli=False)
+    seed: int = option(0, cli=False)
+    include_recsim: bool = option(True, flag="--recsim")
+    """measure RecSim's environment too (--no-recsim skips it)"""
 
     def __post_init__(self) -> None:
         if not self.settings:
@@ -462,68 +476,47 @@ def render(result: BenchmarkResult, console: Any | None = None) -> None:
 # -- command line -----------------------------------------------------------------------------------
 
 
-def _setting(text: str) -> tuple[int, int]:
-    try:
-        n_cand, n_slate = (int(part) for part in text.replace("x", ",").split(","))
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"expected N,n (e.g. 100,10), got {text!r}") from error
-    return n_cand, n_slate
+@dataclass(frozen=True)
+class EnvsRun:
+    """How ``fedrec bench envs`` runs and reports (besides what it measures)."""
+
+    pin_cpu: int | None = option(None, metavar="CPU")
+    """pin the process to this CPU (Linux)"""
+    json: str | None = option(None, metavar="PATH")
+    """save the raw results as JSON"""
+    strict: bool = False
+    """exit with status 1 when a target is missed"""
+
+
+#: ``--quick``: the defaults it shortens (options given on the command line win).
+QUICK = {
+    "settings": QUICK_SETTINGS,
+    "users": QUICK_USERS,
+    "repeats": QUICK_REPEATS,
+    "seconds": QUICK_SECONDS,
+}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     """Register ``envs`` under ``fedrec bench``."""
-    parser = subparsers.add_parser(
+    harness.add_bench_parser(
+        subparsers,
         "envs",
+        BenchConfig,
+        EnvsRun,
         help="environment throughput, fedrec vs RecSim",
         description="Steps per second of fedrec/ChocKale-v0 (single env and batched) and of "
         "RecSim's long_term_satisfaction env (when recsim-no-tf is installed), on one thread. "
         "A default run takes about a minute.",
+        handler=run,
+        quick="a few seconds: N,n = 10,3, 1 and 64 users, 2 runs",
     )
-    parser.add_argument(
-        "--settings",
-        type=_setting,
-        nargs="+",
-        metavar="N,n",
-        help="(num_candidates, slate_size) pairs (default: 10,3 100,10 500,10)",
-    )
-    parser.add_argument(
-        "--users",
-        type=int,
-        nargs="+",
-        metavar="B",
-        help="numbers of users of the batched env (default: 1 64 1024 4096)",
-    )
-    parser.add_argument("--repeats", type=int, help=f"runs per cell (default {DEFAULT_REPEATS})")
-    budget = parser.add_mutually_exclusive_group()
-    budget.add_argument(
-        "--seconds", type=float, help=f"seconds per run (default {DEFAULT_SECONDS:g})"
-    )
-    budget.add_argument("--steps", type=int, help="exact step() calls per run, instead of seconds")
-    parser.add_argument("--no-recsim", action="store_true", help="skip RecSim's environment")
-    parser.add_argument(
-        "--pin-cpu", type=int, metavar="CPU", help="pin the process to this CPU (Linux)"
-    )
-    parser.add_argument("--json", metavar="PATH", help="save the raw results as JSON")
-    parser.add_argument(
-        "--quick", action="store_true", help="a few seconds: N,n = 10,3, 1 and 64 users, 2 runs"
-    )
-    parser.add_argument(
-        "--strict", action="store_true", help="exit with status 1 when a target is missed"
-    )
-    parser.set_defaults(handler=run)
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     """The :class:`BenchConfig` of parsed command-line options (``--quick`` sets the defaults)."""
-    quick = getattr(args, "quick", False)
-    settings = args.settings or (QUICK_SETTINGS if quick else DEFAULT_SETTINGS)
-    return BenchConfig(
-        settings=tuple(settings),
-        users=tuple(args.users or (QUICK_USERS if quick else DEFAULT_USERS)),
-        repeats=args.repeats or (QUICK_REPEATS if quick else DEFAULT_REPEATS),
-        seconds=args.seconds or (QUICK_SECONDS if quick else DEFAULT_SECONDS),
-        steps=args.steps,
-        include_recsim=not args.no_recsim,
+    return harness.config_from_args(
+        BenchConfig, args, **(QUICK if getattr(args, "quick", False) else {})
     )
 
 
@@ -545,8 +538,6 @@ def check_json_out(path: Path, config: BenchConfig) -> None:
     """Refuse (before measuring) a ``--json`` file that holds another configuration's results."""
     if not path.exists():
         return
-    from fedrec.experiments import harness
-
     saved = harness.read_cached(
         path, harness.record({"config": harness.record({})}), "fedrec bench envs JSON"
     )
@@ -559,13 +550,14 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     config = config_from_args(args)
-    if args.json:
-        check_json_out(Path(args.json), config)
+    output = harness.config_from_args(EnvsRun, args)
+    if output.json:
+        check_json_out(Path(output.json), config)
     console = Console()
     recsim_available = config.include_recsim and _load_recsim()[0] is not None
     total = count_measurements(config, recsim_available)
     with (
-        _pinned(args.pin_cpu),
+        _pinned(output.pin_cpu),
         Progress(
             "{task.description}",
             BarColumn(),
@@ -583,15 +575,15 @@ def run(args: argparse.Namespace) -> int:
             bar.update(task, description=description, completed=next(done, total))
 
         result = run_benchmark(config, progress=advance)
-        if args.pin_cpu is not None:
-            result.threads += f"; pinned to CPU {args.pin_cpu}"
+        if output.pin_cpu is not None:
+            result.threads += f"; pinned to CPU {output.pin_cpu}"
     render(result, console)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
+    if output.json:
+        with open(output.json, "w", encoding="utf-8") as handle:
             json.dump(result.to_json(), handle, indent=2)
-        console.print(f"Raw results saved to {args.json}")
+        console.print(f"Raw results saved to {output.json}")
     missed = [check for check in result.targets() if check.met is False]
-    return 1 if args.strict and missed else 0
+    return 1 if output.strict and missed else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

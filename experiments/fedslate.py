@@ -22,12 +22,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from fedrec.agents.registry import MULTI_PLATFORM_AGENTS, resolve_multi_platform_agent
-from fedrec.cli_train import env_kwarg
 from fedrec.experiments import harness
+from fedrec.experiments.harness import option
 from fedrec.registration import LONG_TERM_KWARGS
 
 
@@ -204,93 +205,110 @@ def check_out(out: Path, plan: list[tuple[Path, Any]]) -> None:
         harness.check_same(path, {key: saved.get(key) for key in expected}, expected, what="a run")
 
 
-def print_table(paths: list[Path], setting: str, *, plot: Path | None) -> int:
+def print_table(paths: Sequence[Path], setting: str, *, plot: Path | None) -> int:
     """The ``fedrec eval`` table (and plot) of the runs, with the paper's columns."""
-    from fedrec import cli_eval
+    from fedrec.eval.etror import find_runs
+    from fedrec.eval.report import EvalOptions, load_checked, report
 
     spec = SETTINGS[setting]
-    args = argparse.Namespace(
-        runs=[str(p) for p in paths],
-        out=plot,
-        log_every=20,
-        window=100,
-        tail=0.2,
-        tolerance=0.01,
-        absolute=False,
-        target=None,
-        paper=spec.paper,
-        scenario=spec.scenario,
-        no_plot=plot is None,
-        csv=None if plot is None else plot.with_name("table.csv"),
-    )
-    return cli_eval.run(args)
+    runs = [load_checked(path) for path in find_runs(paths)]
+    options = EvalOptions(paper=spec.paper, scenario=spec.scenario)
+    csv_path = None if plot is None else plot.with_name("table.csv")
+    report(runs, options, csv_path=csv_path, plot=plot is not None, out=plot)
+    return 0
 
 
-def add_parser(bench_subparsers: argparse._SubParsersAction) -> None:
-    parser = bench_subparsers.add_parser(
-        "fedslate",
-        help="FedSlate vs SlateQ, FedSlate(exp), FedQ, FedCEM and random on the multi-platform env",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
-    )
-    parser.add_argument("--setting", choices=tuple(SETTINGS), default="100x10")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per method")
-    parser.add_argument(
-        "--first-seed", type=int, default=0, help="the seeds are FIRST, FIRST + 1, ... (default 0)"
-    )
-    parser.add_argument("--episodes", type=int, default=5000, help="training user-episodes")
-    parser.add_argument(
-        "--methods",
-        nargs="+",
-        default=None,
+@dataclasses.dataclass(frozen=True)
+class BenchFedSlateConfig:
+    """What ``fedrec bench fedslate`` runs."""
+
+    setting: str = option("100x10", choices=tuple(SETTINGS))
+    """the setting: env variants, default methods and the paper's scenario"""
+    seeds: int = option(3, min=1)
+    """seeds per method"""
+    first_seed: int = option(0, min=0)
+    """the seeds are FIRST, FIRST + 1, ..."""
+    episodes: int = option(5000, min=1)
+    """training user-episodes"""
+    methods: tuple[str, ...] | None = option(
+        None,
         metavar="METHOD",
         help="methods to run (default: the setting's): built-in names ("
         + ", ".join(MULTI_PLATFORM_AGENTS)
         + ") or module:Class / path/to/file.py:Class of your own MultiPlatformAgent",
     )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="output folder (default runs/bench/fedslate/SETTING-HASH of the configuration; "
-        "results/fedslate/SETTING holds the committed runs)",
+    out: str | None = None
+    """output folder (default runs/bench/fedslate/SETTING-HASH of the configuration;
+    results/fedslate/SETTING holds the committed runs)"""
+    num_users: int = option(16, min=1)
+    """users simulated in parallel"""
+    eval_episodes: int = option(500, min=1)
+    """held-out episodes"""
+    planner: bool = True
+    """evaluate the joint planner (--no-planner skips it)"""
+    env_kwargs: tuple[tuple[str, Any], ...] = option(
+        (), flag="--env-kwarg", append=True, parse=harness.key_value, metavar="KEY=VALUE"
     )
-    parser.add_argument("--num-users", type=int, default=16, help="users simulated in parallel")
-    parser.add_argument("--eval-episodes", type=int, default=500, help="held-out episodes")
-    parser.add_argument("--no-planner", action="store_true", help="skip the joint planner")
-    parser.add_argument(
-        "--env-kwarg", action="append", type=env_kwarg, default=[], metavar="KEY=VALUE",
-        help="override the setting's env keyword arguments, repeatable "
-        "(e.g. --env-kwarg shared_catalogue=True)",
-    )  # fmt: skip
-    parser.add_argument("--resume", action="store_true", help="continue existing runs")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.set_defaults(handler=run)
+    """override the setting's env keyword arguments, repeatable (e.g. --env-kwarg
+    shared_catalogue=True)"""
+    resume: bool = False
+    """continue existing runs"""
+    progress: bool = True
+    """progress bars"""
+
+    def __post_init__(self) -> None:
+        harness.check_fields(self)
+        for method in self.methods or ():
+            resolve_multi_platform_agent(method)  # an unknown name or a bad class fails now
+
+    def key(self) -> dict[str, Any]:
+        """What the runs depend on (the hash of the default output folder)."""
+        return {
+            "setting": self.setting,
+            "seeds": self.seeds,
+            "first_seed": self.first_seed,
+            "episodes": self.episodes,
+            "methods": self.methods,
+            "num_users": self.num_users,
+            "eval_episodes": self.eval_episodes,
+            "no_planner": not self.planner,
+            "env_kwarg": dict(self.env_kwargs),
+        }
+
+    def out_path(self) -> Path:
+        """``--out``, or ``runs/bench/fedslate/SETTING-HASH`` of the configuration."""
+        if self.out is not None:
+            return Path(self.out)
+        return harness.default_out("fedslate", self.key(), label=self.setting)
+
+
+def add_parser(bench_subparsers: argparse._SubParsersAction) -> None:
+    harness.add_bench_parser(
+        bench_subparsers,
+        "fedslate",
+        BenchFedSlateConfig,
+        help="FedSlate vs SlateQ, FedSlate(exp), FedQ, FedCEM and random on the multi-platform env",
+        description=__doc__.split("\n\n")[1] if __doc__ else "",
+        handler=run,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.seeds < 1 or args.episodes < 1 or args.first_seed < 0:
-        raise SystemExit("--seeds and --episodes must be >= 1 and --first-seed >= 0")
-    for method in args.methods or ():
-        resolve_multi_platform_agent(method)  # an unknown name or a bad class fails before training
-    key = {
-        name: getattr(args, name)
-        for name in ("setting", "seeds", "first_seed", "episodes", "methods", "num_users",
-                     "eval_episodes", "no_planner")
-    }  # fmt: skip
-    key["env_kwarg"] = dict(args.env_kwarg)
-    out = args.out or harness.default_out("fedslate", key, label=args.setting)
+    """``fedrec bench fedslate``: train the setting's runs, print and write the eval table."""
+    config = harness.config_from_args(BenchFedSlateConfig, args)
+    out = config.out_path()
     paths = run_dirs(
-        args.setting,
-        seeds=args.seeds,
-        episodes=args.episodes,
-        first_seed=args.first_seed,
-        methods=tuple(args.methods) if args.methods else None,
+        config.setting,
+        seeds=config.seeds,
+        episodes=config.episodes,
+        first_seed=config.first_seed,
+        methods=config.methods,
         out=out,
-        num_users=args.num_users,
-        eval_episodes=args.eval_episodes,
-        planner=not args.no_planner,
-        resume=args.resume,
-        progress=not args.no_progress,
-        env_overrides=dict(args.env_kwarg),
+        num_users=config.num_users,
+        eval_episodes=config.eval_episodes,
+        planner=config.planner,
+        resume=config.resume,
+        progress=config.progress,
+        env_overrides=dict(config.env_kwargs),
     )
-    return print_table(paths, args.setting, plot=out / "learning_curves.png")
+    return print_table(paths, config.setting, plot=out / "learning_curves.png")

@@ -22,7 +22,9 @@ the file and the problem, exit status 2). :func:`write_json` writes atomically.
 the field's attribute docstring (or ``metadata["help"]``) is the help text, its annotation the
 type (``int``, ``float``, ``str``, ``bool``, ``tuple[X, ...]``, ``X | None``) and
 ``metadata["choices"]`` the allowed values; :func:`config_from_args` builds the dataclass back
-(its ``__post_init__`` validates). :func:`option` declares such a field.
+(its ``__post_init__`` validates). :func:`option` declares such a field. Help texts are plain
+text (:func:`plain_text` removes Sphinx markup); :func:`add_bench_parser` registers a driver's
+command with its options, ``--quick`` and handler; :func:`key_value` parses ``KEY=VALUE``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import inspect
 import itertools
 import json
 import math
+import re
 import textwrap
 import types
 import typing
@@ -329,12 +332,30 @@ def plus_minus(mean: float, half: float | None, digits: int = 4) -> str:
 
 def option(default: Any = dataclasses.MISSING, *, cli: bool = True, **metadata: Any) -> Any:
     """A configuration field with command-line metadata: ``help`` (else the attribute docstring),
-    ``choices``, ``flag`` (the option's name), ``metavar``; ``cli=False`` keeps it off the
-    command line. A list or tuple default is copied per instance."""
+    ``choices`` (a sequence, or a function returning one: checked by :func:`check_fields`),
+    ``cli_choices`` (what argparse accepts, when it differs; a function is called when the parser
+    is built), ``flag`` (the option's name), ``metavar``, ``parse`` (argparse's ``type``),
+    ``nargs``, ``append`` (a repeatable option, each value one entry), ``exclusive`` (fields with
+    the same name exclude each other), ``min``; ``cli=False`` keeps it off the command line. A
+    list or tuple default is copied per instance."""
     meta = {"cli": cli, **metadata}
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+_ROLE = re.compile(r":[a-z]+:`~?([^`<]*?)(?:\s*<[^>]*>)?`")
+
+
+def plain_text(text: str) -> str:
+    """Sphinx markup as plain text for ``--help``: ``:func:`~a.b``` as ``b``, ``:mod:`a.b``` as
+    ``a.b``, ````code```` as ``code``; whitespace runs as one space."""
+
+    def role(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return name.rsplit(".", 1)[-1] if match.group(0).split("`")[1].startswith("~") else name
+
+    return " ".join(_ROLE.sub(role, text).replace("``", "").split())
 
 
 @functools.cache
@@ -395,6 +416,17 @@ def flag_of(field: dataclasses.Field) -> str:
     return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
 
 
+def key_value(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` for argparse (:func:`fedrec.util.parse_key_value`; a usage error when
+    malformed)."""
+    from fedrec.util import parse_key_value
+
+    try:
+        return parse_key_value(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def add_options(
     parser: argparse.ArgumentParser | argparse._ArgumentGroup,
     cls: type,
@@ -406,47 +438,64 @@ def add_options(
     None (the dataclass's default applies); ``defaults`` replaces some defaults in the help."""
     skip = set(skip)
     docs = field_docs(cls)
+    groups: dict[str, Any] = {}
     for field, scalar, many, _ in _fields(cls):
         if field.name in skip:
             continue
+        meta = field.metadata
         default = (defaults or {}).get(field.name, _default(field))
-        text = field.metadata.get("help") or docs.get(field.name, "")
+        text = plain_text(meta.get("help") or docs.get(field.name, ""))
         kwargs: dict[str, Any] = {"dest": field.name, "default": None}
-        if "metavar" in field.metadata:
-            kwargs["metavar"] = field.metadata["metavar"]
+        if "metavar" in meta:
+            kwargs["metavar"] = meta["metavar"]
+        target = parser
+        if "exclusive" in meta:
+            if meta["exclusive"] not in groups:
+                groups[meta["exclusive"]] = parser.add_mutually_exclusive_group()
+            target = groups[meta["exclusive"]]
         if scalar is bool and not many:
             shown = "on" if default else "off"
             kwargs["action"] = argparse.BooleanOptionalAction
-            parser.add_argument(flag_of(field), help=_help(text, shown), **kwargs)
+            target.add_argument(flag_of(field), help=_help(text, shown), **kwargs)
             continue
-        kwargs["type"] = field.metadata.get("parse", scalar)
-        choices = field.metadata.get("cli_choices", field.metadata.get("choices"))
+        kwargs["type"] = meta.get("parse", scalar)
+        choices = meta.get("cli_choices", meta.get("choices"))
+        if "cli_choices" in meta and callable(choices):
+            choices = choices()
         if choices is not None and not callable(choices):  # a registry's: by check_fields
             kwargs["choices"] = tuple(choices)
-        if many:
-            kwargs["nargs"] = field.metadata.get("nargs", "+")
+        shown = default
+        if meta.get("append"):
+            kwargs["action"] = "append"
+            shown = None
+        elif many:
+            kwargs["nargs"] = meta.get("nargs", "+")
             shown = " ".join(str(v) for v in default) if default else "none"
-        else:
-            shown = default
-        parser.add_argument(flag_of(field), help=_help(text, shown), **kwargs)
+        target.add_argument(flag_of(field), help=_help(text, shown), **kwargs)
 
 
 def _help(text: str, default: Any) -> str:
-    """The doc line, with the default unless the doc already names it."""
-    text = text.rstrip(".")
+    """The doc line (without a closing full stop), with the default unless the doc names it."""
+    if text.endswith(".") and not text.endswith("..."):
+        text = text[:-1]
     if default is None or "default" in text:
         return text
     return f"{text} (default {default})"
 
 
 def options_of(args: argparse.Namespace, cls: type) -> dict[str, Any]:
-    """The fields of ``cls`` that were given on the command line (sequences as tuples)."""
+    """The fields of ``cls`` that were given on the command line (sequences as tuples, repeated
+    values of a ``tuple[X, ...]`` option once)."""
     given = {}
     for field, _, many, _ in _fields(cls):
         value = getattr(args, field.name, None)
         if value is None:
             continue
-        given[field.name] = tuple(dict.fromkeys(value)) if many else value
+        if field.metadata.get("append"):
+            value = tuple(value)
+        elif many:
+            value = tuple(dict.fromkeys(value))
+        given[field.name] = value
     return given
 
 
@@ -457,10 +506,32 @@ def config_from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> A
     return cls(**{**overrides, **given})
 
 
+def add_bench_parser(
+    subparsers: argparse._SubParsersAction,
+    name: str,
+    *configs: type,
+    help: str,
+    description: str,
+    handler: Callable[[argparse.Namespace], int],
+    quick: str | None = None,
+) -> argparse.ArgumentParser:
+    """Register ``fedrec bench NAME``: its options generated from the ``configs`` dataclasses
+    (:func:`add_options`), ``--quick`` with its help when given, and its handler. The
+    description is plain text (:func:`plain_text`)."""
+    parser = subparsers.add_parser(name, help=help, description=plain_text(description))
+    for cls in configs:
+        add_options(parser, cls)
+    if quick is not None:
+        parser.add_argument("--quick", action="store_true", help=quick)
+    parser.set_defaults(handler=handler)
+    return parser
+
+
 def check_fields(config: Any) -> None:
     """Check a configuration's fields against their metadata: ``choices`` (a sequence, or a
     function returning one, for names read from a registry) for the value or each entry of a
-    sequence, and ``min``; one ``ValueError`` listing every problem."""
+    sequence, and ``min``; one ``ValueError`` listing every problem, each by its option's name
+    and field name (a config is built from the command line and from Python alike)."""
     problems = []
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
@@ -470,12 +541,13 @@ def check_fields(config: Any) -> None:
         choices = field.metadata.get("choices")
         if callable(choices):
             choices = choices()
+        name = f"{flag_of(field)} ({field.name})"
         if choices is not None:
             bad = [v for v in values if v not in choices]
             if bad or (isinstance(value, (tuple, list)) and not value):
-                problems.append(f"{field.name} must be one of {tuple(choices)}, got {value!r}")
+                problems.append(f"{name} must be one of {tuple(choices)}, got {value!r}")
         low = field.metadata.get("min")
         if low is not None and any(v < low for v in values):
-            problems.append(f"{field.name} must be >= {low}, got {value!r}")
+            problems.append(f"{name} must be >= {low}, got {value!r}")
     if problems:
         raise ValueError("; ".join(problems))

@@ -27,6 +27,7 @@ import numpy as np
 
 from fedrec.eval.etror import Estimate, load_run, t_interval
 from fedrec.experiments import harness
+from fedrec.experiments.harness import option
 
 
 @dataclasses.dataclass(frozen=True)
@@ -407,44 +408,71 @@ def plot(runs: Mapping[str, Sequence[Path]], path: Path, *, title: str) -> Path:
 # --------------------------------------------------------------------------------- command line
 
 
-def add_parser(bench_subparsers: argparse._SubParsersAction) -> None:
-    parser = bench_subparsers.add_parser(
-        "longterm",
-        help="the long-term planning leaderboard (SlateQ, rule search, PPO vs heuristics, planner)",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
+def _setting_names() -> tuple[str, ...]:
+    return tuple(SETTINGS)
+
+
+def _contender_names() -> tuple[str, ...]:
+    return tuple(CONTENDERS)
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchLongTermConfig:
+    """What ``fedrec bench longterm`` runs."""
+
+    settings: tuple[str, ...] = option(
+        tuple(SETTINGS), choices=_setting_names, cli_choices=_setting_names, metavar="SETTING"
     )
-    parser.add_argument(
-        "--settings", nargs="+", choices=tuple(SETTINGS), default=list(SETTINGS), metavar="SETTING"
-    )
-    parser.add_argument(
-        "--agents",
-        nargs="+",
-        choices=tuple(CONTENDERS),
-        default=None,
+    """the leaderboards to build"""
+    agents: tuple[str, ...] | None = option(
+        None,
+        choices=_contender_names,
+        cli_choices=_contender_names,
         metavar="AGENT",
         help="contenders (default: every contender of the setting: "
         + ", ".join(CONTENDERS)
         + "; rule_search_adaptive_long on user-types only)",
     )
-    parser.add_argument("--seeds", type=int, default=3, help="seeds per contender (default 3)")
-    parser.add_argument("--first-seed", type=int, default=0, help="seeds FIRST, FIRST + 1, ...")
-    parser.add_argument(
-        "--episodes",
-        type=int,
-        default=None,
-        help="training episodes for every contender (default: each contender's own budget)",
+    seeds: int = option(3, min=1)
+    """seeds per contender"""
+    first_seed: int = option(0, min=0)
+    """the seeds are FIRST, FIRST + 1, ..."""
+    episodes: int | None = option(None, min=1)
+    """training episodes for every contender (default: each contender's own budget)"""
+    eval_episodes: int = option(500, min=1)
+    """held-out episodes"""
+    out: str | None = None
+    """output folder (default runs/bench/longterm/HASH of the configuration; results/longterm
+    holds the committed leaderboards)"""
+    plot: bool = True
+    """write the learning-curve PNGs"""
+    progress: bool = True
+    """progress bars"""
+
+    def __post_init__(self) -> None:
+        harness.check_fields(self)
+
+    @property
+    def seed_list(self) -> list[int]:
+        return list(range(self.first_seed, self.first_seed + self.seeds))
+
+    def out_path(self) -> Path:
+        """``--out``, or ``runs/bench/longterm/HASH`` of the configuration."""
+        if self.out is not None:
+            return Path(self.out)
+        names = ("settings", "agents", "seeds", "first_seed", "episodes", "eval_episodes")
+        return harness.default_out("longterm", {name: getattr(self, name) for name in names})
+
+
+def add_parser(bench_subparsers: argparse._SubParsersAction) -> None:
+    harness.add_bench_parser(
+        bench_subparsers,
+        "longterm",
+        BenchLongTermConfig,
+        help="the long-term planning leaderboard (SlateQ, rule search, PPO vs heuristics, planner)",
+        description=__doc__.split("\n\n")[1] if __doc__ else "",
+        handler=run,
     )
-    parser.add_argument("--eval-episodes", type=int, default=500, help="held-out episodes")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="output folder (default runs/bench/longterm/HASH of the configuration; "
-        "results/longterm holds the committed leaderboards)",
-    )
-    parser.add_argument("--no-plot", action="store_true", help="skip the learning-curve PNGs")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.set_defaults(handler=run)
 
 
 def _contenders(setting_name: str, agents: Sequence[str] | None) -> list[str]:
@@ -459,19 +487,14 @@ def _contenders(setting_name: str, agents: Sequence[str] | None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.seeds < 1 or args.first_seed < 0 or (args.episodes is not None and args.episodes < 1):
-        raise SystemExit("--seeds and --episodes must be >= 1 and --first-seed >= 0")
-    key = {
-        name: getattr(args, name)
-        for name in ("settings", "agents", "seeds", "first_seed", "episodes", "eval_episodes")
-    }
-    args.out = args.out or harness.default_out("longterm", key)
-    seeds = range(args.first_seed, args.first_seed + args.seeds)
-    plan = {setting: _contenders(setting, args.agents) for setting in args.settings}
+    """``fedrec bench longterm``: train or read every run, print and write the leaderboards."""
+    config = harness.config_from_args(BenchLongTermConfig, args)
+    out = config.out_path()
+    plan = {setting: _contenders(setting, config.agents) for setting in config.settings}
     for setting_name, chosen in plan.items():  # before anything trains
-        folder = args.out / setting_name
+        folder = out / setting_name
         present = {str(p.parent.relative_to(folder)) for p in folder.glob("*/seed*/config.json")}
-        made = {f"{c}/seed{s}" for c in chosen for s in seeds}
+        made = {f"{c}/seed{s}" for c in chosen for s in config.seed_list}
         harness.check_subset(folder, present, made, what="runs")
     for setting_name, chosen in plan.items():
         runs: dict[str, list[Path]] = {}
@@ -481,12 +504,12 @@ def run(args: argparse.Namespace) -> int:
                     setting_name,
                     contender,
                     seed=seed,
-                    out=args.out,
-                    episodes=args.episodes,
-                    eval_episodes=args.eval_episodes,
-                    progress=not args.no_progress,
+                    out=out,
+                    episodes=config.episodes,
+                    eval_episodes=config.eval_episodes,
+                    progress=config.progress,
                 )
-                for seed in seeds
+                for seed in config.seed_list
             ]
         from fedrec.train.references import complete_references
 
@@ -494,9 +517,9 @@ def run(args: argparse.Namespace) -> int:
             complete_references(path)  # references added since the run was trained
         title = SETTINGS[setting_name].title
         rows = leaderboard(runs)
-        markdown = write_leaderboard(rows, args.out / setting_name, title=title)
+        markdown = write_leaderboard(rows, out / setting_name, title=title)
         print(markdown)
-        if not args.no_plot:
-            png = plot(runs, args.out / setting_name / "learning_curves.png", title=title)
+        if config.plot:
+            png = plot(runs, out / setting_name / "learning_curves.png", title=title)
             print(f"learning curves: {png}")
     return 0

@@ -1,6 +1,6 @@
 """What fedrec's Flower apps share: how a job reaches them, quiet settings, the server's helpers.
 
-A fedrec Flower app (:mod:`fedrec.train.fedncf.flower`, :mod:`fedrec.federation.flower_fel`)
+A fedrec Flower app (:mod:`fedrec.train.fedncf.flower`, :mod:`fedrec.train.fel.flower`)
 is a module with a ``server_app`` and a ``client_app``. Both read the job they run (data set,
 configuration, number of nodes, where the server writes its result) from one JSON value of the
 run configuration, :data:`JOB_KEY`: Flower's run configuration holds only flat TOML scalars,

@@ -17,9 +17,9 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
 
 from fedrec._version import __version__
+from fedrec.cli_parser import ArgumentParser, UsageError
 
 EPILOG = """examples:
   fedrec envs                          list the registered environment ids
@@ -37,22 +37,6 @@ def _threads_default() -> None:
     # set before torch is imported by any command. Users can override both variables.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-
-class UsageError(Exception):
-    """An argparse usage error, reported by :func:`main` in one line (exit status 2)."""
-
-    def __init__(self, prog: str, message: str) -> None:
-        super().__init__(message)
-        self.prog, self.message = prog, message
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """An ``argparse.ArgumentParser`` whose usage errors raise :class:`UsageError` (one line from
-    :func:`main`) instead of printing the usage and exiting; its subparsers are of this class."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(self.prog, message)
 
 
 class CommandExit(SystemExit):

@@ -1,4 +1,4 @@
-"""``fedrec flower``: FedNCF with its parties on Flower (:mod:`fedrec.federation.flower_fedncf`)."""
+"""``fedrec flower``: FedNCF with its parties on Flower (:mod:`fedrec.train.fedncf.flower`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "flower",
         help="FedNCF on Flower: the server and client nodes as Flower apps",
         description="FedNCF with the server as a Flower ServerApp and the users sharded over "
-        "Flower nodes (ClientApps), each training its users with fedrec's batched engine.",
+        "Flower nodes (ClientApps), each training its users with fedrec's client simulation.",
     )
     commands = parser.add_subparsers(dest="flower_command", metavar="SUBCOMMAND", required=True)
     simulate = commands.add_parser(
@@ -85,8 +85,12 @@ def _add_job_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=2, help="Flower nodes (default 2)")
     parser.add_argument("--global-rounds", type=int, default=400)
     parser.add_argument("--clients-per-round", type=int, default=20)
+    # the names come from fedrec.federation.registry, checked in run_flower: importing the
+    # registry here would load torch at every start of the `fedrec` command
     parser.add_argument(
-        "--aggregator", default="mf-fedavg", choices=("simpleavg", "fedavg", "mf-fedavg")
+        "--aggregator",
+        help="the server's rule: a plain rule of the aggregator registry (default: FedNCF's, "
+        "MF-FedAvg)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -103,14 +107,20 @@ def _add_job_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_flower(args: argparse.Namespace) -> int:
     from fedrec.agents.ncf import NCFConfig
+    from fedrec.federation.registry import DEFAULT_AGGREGATOR, PLAIN_AGGREGATOR_NAMES
     from fedrec.train.fedncf import FedNCFConfig
 
+    aggregator = args.aggregator or DEFAULT_AGGREGATOR
+    if aggregator not in PLAIN_AGGREGATOR_NAMES:
+        raise ValueError(
+            f"--aggregator must be one of {', '.join(PLAIN_AGGREGATOR_NAMES)}, got {aggregator!r}"
+        )
     _require_flower()
-    from fedrec.federation import flower_fedncf
+    from fedrec.train.fedncf import flower as flower_fedncf
 
     config = FedNCFConfig(
         model=NCFConfig(model=args.model),
-        aggregator=args.aggregator,
+        aggregator=aggregator,
         global_rounds=args.global_rounds,
         clients_per_round=args.clients_per_round,
         seed=args.seed,
@@ -170,7 +180,7 @@ def run_fel(args: argparse.Namespace) -> int:
     from fedrec.train.fel import DPConfig, FedConfig
 
     _require_flower()
-    from fedrec.federation import flower_fel
+    from fedrec.train.fel import flower as flower_fel
 
     dp = None
     if args.noise_multiplier is not None:

@@ -28,7 +28,7 @@ from fedrec.agents.registry import (
     resolve_agent,
     resolve_multi_platform_agent,
 )
-from fedrec.util import parse_key_value
+from fedrec.experiments.harness import key_value as env_kwarg
 
 DESCRIPTION = """Train AGENT on a registered environment and write the run directory
 (config.json, episodes.csv, checkpoint.pt, final_eval.json). AGENT is a built-in name or
@@ -54,14 +54,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run, train_parser=parser)
 
 
-def env_kwarg(text: str) -> tuple[str, Any]:
-    """``KEY=VALUE`` for argparse (a usage error when malformed)."""
-    try:
-        return parse_key_value(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-
-
 def _field_type(field: dataclasses.Field, hints: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     hint = hints[field.name]
     origin = typing.get_origin(hint)
@@ -80,8 +72,8 @@ def build_parser(
     agent_cls: type | None, agent_name: str | None, *, presets: tuple[str, ...] = ()
 ) -> argparse.ArgumentParser:
     """The full ``fedrec train`` parser: run options plus the agent's hyperparameters (without
-    the ones a built-in name presets). Its usage errors are one line (:mod:`fedrec.cli`)."""
-    from fedrec.cli import ArgumentParser
+    the ones a built-in name presets). Its usage errors are one line (:mod:`fedrec.cli_parser`)."""
+    from fedrec.cli_parser import ArgumentParser
 
     parser = ArgumentParser(
         prog=f"fedrec train {agent_name or 'AGENT'}",
@@ -156,7 +148,7 @@ def build_parser(
 
 
 def _env_option(options: list[str]) -> str | None:
-    from fedrec.cli import ArgumentParser
+    from fedrec.cli_parser import ArgumentParser
 
     probe = ArgumentParser(prog="fedrec train", add_help=False)
     probe.add_argument("--env")

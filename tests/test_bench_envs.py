@@ -53,7 +53,7 @@ def test_quick_run_structure() -> None:
 
 def test_run_command_writes_json(tmp_path: Path) -> None:
     path = tmp_path / "bench.json"
-    assert bench_envs.run(quick_args(json=str(path), no_recsim=True, steps=10)) == 0
+    assert bench_envs.run(quick_args(json=str(path), include_recsim=False, steps=10)) == 0
     data = json.loads(path.read_text())
     assert data["recsim"] == "not requested"
     assert {cell["implementation"] for cell in data["cells"]} == {"single", "unwrapped", "batched"}

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedrec.federation.secagg import MalformedContribution, SecAggAborted
-from fedrec.train.fel_privacy import (
+from fedrec.federation.privacy import (
     GaussianMechanism,
     dp_aggregate,
     epsilon,
@@ -22,6 +21,7 @@ from fedrec.train.fel_privacy import (
     noise_multiplier_for,
     validate_dp_arguments,
 )
+from fedrec.federation.secagg import MalformedContribution, SecAggAborted
 
 BAD_NOISE = [math.nan, math.inf, -math.inf, -1.0, -1e-9, "1.0", None, True]
 BAD_DELTA = [0.0, 1.0, 1.5, -1e-5, math.nan, math.inf, "1e-5", False]
@@ -32,7 +32,7 @@ BAD_STEPS = [-1, 2.5, 3.0, math.nan, "10", True, None]
 def test_nan_noise_multiplier_is_refused_and_does_not_hang():
     """Before, epsilon(nan, ...) never returned: a child process with a time limit shows it."""
     code = (
-        "from fedrec.train.fel_privacy import epsilon\n"
+        "from fedrec.federation.privacy import epsilon\n"
         "try:\n"
         "    epsilon(float('nan'), 0.1, 10, 1e-5)\n"
         "except ValueError as error:\n"
@@ -200,9 +200,9 @@ def test_a_bad_noise_multiplier_stops_fel_before_training(tmp_path, z):
     """Before, -1 trained every round and failed in the accounting at the end (NaN hung there).
     Now the DPConfig refuses it when built, and a config that slipped past that (built without
     __post_init__) is refused by the first DP aggregation."""
+    from fedrec.envs.datasets.click_data import click_data_from_taobao
     from fedrec.envs.datasets.taobao_synthetic import write_taobao_groups
     from fedrec.train.fel import DPConfig, FedConfig, train_federated
-    from fedrec.train.fel_data import click_data_from_taobao
 
     with pytest.raises(ValueError, match="noise_multiplier must be"):
         DPConfig(noise_multiplier=z)

@@ -22,7 +22,7 @@ from fedrec.eval.elite_inference import (
     roc_auc,
 )
 from fedrec.federation import SERVER
-from fedrec.train.fel_privacy import epsilon
+from fedrec.federation.privacy import epsilon
 
 SMALL = {"num_candidates": 10, "slate_size": 3}
 

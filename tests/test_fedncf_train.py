@@ -26,16 +26,16 @@ from fedrec.train.fedncf import (
     ClientOptimizerStore,
     FedNCFConfig,
     TrainResult,
-    _BatchedNetwork,
-    _shuffle_order,
     round_rng,
     sample_round,
     train_centralised,
     train_federated,
     train_round_batched,
+    train_round_compiled,
     train_round_reference,
 )
-from fedrec.train.fedncf_compiled import train_round_compiled
+from fedrec.train.fedncf.sampling import _shuffle_order
+from fedrec.train.fedncf.simulate_batched import _BatchedNetwork
 
 
 @pytest.fixture(scope="module")
@@ -645,7 +645,7 @@ def test_federated_optimizer_state_batched_equals_reference(
 def test_federated_optimizer_with_one_client_per_round_is_one_shared_adam(small_dir: Path) -> None:
     """With one client per round, federating the Adam state is exactly one Adam (SparseAdam on
     the tables, Adam on the network) stepping through the clients' batches in turn."""
-    from fedrec.train.fedncf import _batches
+    from fedrec.train.fedncf.simulate_reference import _batches
 
     seed, rounds, batch_size, lr = 4, 7, 8, 1e-2
     config = FedNCFConfig(

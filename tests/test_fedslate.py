@@ -376,8 +376,8 @@ def test_bench_fedslate_cli_runs_the_requested_seeds(tmp_path, capsys) -> None:
     assert table[0].startswith("group,series,seeds,ETROR") and len(table) == 1 + 3  # A, B, joint
     series = [row.split(",")[:2] for row in table[1:]]
     assert series == [["random", f"return/{s}"] for s in ("platform_a", "platform_b", "joint")]
-    with pytest.raises(SystemExit, match="first-seed"):
-        main([*argv[:8], "--first-seed=-1", "--out", str(tmp_path)])
+    assert main([*argv[:8], "--first-seed=-1", "--out", str(tmp_path)]) == 2
+    assert "--first-seed (first_seed) must be >= 0, got -1" in capsys.readouterr().err
 
 
 def test_saturated_official_values_make_the_greedy_slate_the_top_x_slate() -> None:

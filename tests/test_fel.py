@@ -15,10 +15,24 @@ import torch
 import torch.nn.functional as F
 
 import fedrec  # noqa: F401  (registers the env ids)
+from fedrec.envs.datasets.click_data import (
+    ClickData,
+    click_data_from_ml100k,
+    click_data_from_taobao,
+)
 from fedrec.envs.datasets.formats import ML100K_GENRES, TAOBAO_PIDS, TAOBAO_USER_PROFILE_HEADER
 from fedrec.envs.datasets.synthetic import write_atomic, write_ml100k
 from fedrec.envs.datasets.taobao import TEST_DAY_START
 from fedrec.envs.datasets.taobao_synthetic import group_of, write_taobao_groups
+from fedrec.federation.privacy import (
+    GaussianMechanism,
+    clip_updates,
+    dp_aggregate,
+    epsilon,
+    epsilon_of,
+    fel_epsilon,
+    noise_multiplier_for,
+)
 from fedrec.train.fel import (
     RULES,
     DPConfig,
@@ -34,21 +48,11 @@ from fedrec.train.fel import (
     run_fel,
     train_federated,
 )
-from fedrec.train.fel_clusters import (
+from fedrec.train.fel.clusters import (
     cluster_clients,
     feature_clusters,
     kmeans_clusters,
     random_clusters,
-)
-from fedrec.train.fel_data import ClickData, click_data_from_ml100k, click_data_from_taobao
-from fedrec.train.fel_privacy import (
-    GaussianMechanism,
-    clip_updates,
-    dp_aggregate,
-    epsilon,
-    epsilon_of,
-    fel_epsilon,
-    noise_multiplier_for,
 )
 
 GENDER_AGE = ("final_gender_code", "age_level")
@@ -418,7 +422,7 @@ def test_fel_runs_on_ml100k(tmp_path: Path) -> None:
 
 def test_batched_over_arch_head_equals_the_module() -> None:
     from fedrec.train.fel import OverArch
-    from fedrec.train.fel_overarch import _head, over_arch_features
+    from fedrec.train.fel.overarch import _head, over_arch_features
 
     torch.manual_seed(0)
     arch = OverArch(3, 5)
@@ -436,7 +440,7 @@ def test_batched_over_arch_head_equals_the_module() -> None:
 
 def test_federated_over_arch_learns_routing_and_composes_its_privacy(taobao: ClickData) -> None:
     from fedrec.train.fel import ensemble_aucs, over_arch_logits
-    from fedrec.train.fel_overarch import train_over_arch_federated
+    from fedrec.train.fel.overarch import train_over_arch_federated
 
     clusters = cluster_clients(taobao.public, taobao.public_names, "feature", features=GENDER_AGE)
     config = FedConfig(rounds=30, sample_rate=0.2, seed=0, fill_empty_clusters=False)

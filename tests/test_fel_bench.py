@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedrec.envs.datasets.click_data import click_data_from_taobao
 from fedrec.envs.datasets.synthetic import write_ml100k
 from fedrec.envs.datasets.taobao_synthetic import write_taobao_groups
 from fedrec.experiments.fel import FL_OVER_ARCH, BenchFELConfig, run_bench
+from fedrec.federation.privacy import GaussianMechanism, epsilon, epsilon_of
 from fedrec.train.fel import DPConfig, FedConfig, train_baseline, train_federated
-from fedrec.train.fel_clusters import cluster_clients
-from fedrec.train.fel_data import click_data_from_taobao
-from fedrec.train.fel_privacy import GaussianMechanism, epsilon, epsilon_of
-from fedrec.train.fel_private import (
+from fedrec.train.fel.clusters import cluster_clients
+from fedrec.train.fel.private import (
     FELServer,
     run_private_fel,
     split_private,
@@ -139,7 +139,7 @@ def test_bench_on_ml100k(tmp_path: Path) -> None:
 
 
 def test_bad_arguments_are_clear(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="--data must be one of"):
+    with pytest.raises(ValueError, match=r"--data \(data\) must be one of"):
         _quick(tmp_path, data="criteo")
     with pytest.raises(ValueError, match="--clusters"):
         _quick(tmp_path, clusters=(0, 2))
@@ -228,7 +228,7 @@ def test_private_features_stay_on_the_device(taobao) -> None:
 
 
 def test_private_history_is_leave_one_out(taobao) -> None:
-    from fedrec.train.fel_private import history_codes
+    from fedrec.train.fel.private import history_codes
 
     codes = history_codes(taobao, "cate_id")
     assert codes.min() >= 0 and codes.max() <= 4
@@ -311,8 +311,8 @@ def test_fel_ranks_movielens_candidates(tmp_path: Path) -> None:
     import gymnasium as gym
 
     from fedrec.agents.fel_agent import FELRankingAgent, MovieLensFeatureMap, fel_model
+    from fedrec.envs.datasets.click_data import click_data_from_ml100k
     from fedrec.eval.ranking_metrics import evaluate_ranking_agent
-    from fedrec.train.fel_data import click_data_from_ml100k
 
     write_ml100k(tmp_path)
     data = click_data_from_ml100k(tmp_path)

@@ -18,15 +18,15 @@ pytest.importorskip("flwr")
 from fedrec.envs.datasets.synthetic import write_ml100k
 from fedrec.federation.aggregators import ClientUpdates, MFFedAvg
 from fedrec.federation.flower_deploy import deploy
-from fedrec.federation.flower_fedncf import (
+from fedrec.federation.flower_secagg import mf_fedavg_from_sums, secure_vector
+from fedrec.train.fedncf import FedNCFConfig, train_federated
+from fedrec.train.fedncf.flower import (
     _combine,
     node_of,
     run_deployment,
     run_simulation,
     upload_arrays,
 )
-from fedrec.federation.flower_secagg import mf_fedavg_from_sums, secure_vector
-from fedrec.train.fedncf import FedNCFConfig, train_federated
 
 CONFIG = FedNCFConfig(
     client_optimizer="fresh", global_rounds=3, clients_per_round=10, eval_every=0, seed=0
@@ -183,8 +183,8 @@ def _plain_first_round(data_dir: str, config: FedNCFConfig, *, num_nodes: int):
     """MF-FedAvg's (items, network) after the first aggregation round, each node's users trained
     as its ClientApp trains them (its own stream), summed in the clear."""
     from fedrec.envs.datasets.catalog import load_prepared
-    from fedrec.federation.flower_fedncf import _initial_model
     from fedrec.train.fedncf import ClientData, sample_round, train_round_batched
+    from fedrec.train.fedncf.flower import _initial_model
 
     data = load_prepared("ml-100k", data_dir)
     clients = ClientData.of(data)
@@ -219,7 +219,7 @@ def _plain_first_round(data_dir: str, config: FedNCFConfig, *, num_nodes: int):
 
 def _initial_items(data_dir: str) -> np.ndarray:
     from fedrec.envs.datasets.catalog import load_prepared
-    from fedrec.federation.flower_fedncf import _initial_model
+    from fedrec.train.fedncf.flower import _initial_model
 
     data = load_prepared("ml-100k", data_dir)
     return (

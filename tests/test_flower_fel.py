@@ -15,17 +15,8 @@ import torch
 
 pytest.importorskip("flwr")
 
+from fedrec.envs.datasets.click_data import ClickData, click_data_from_taobao
 from fedrec.envs.datasets.taobao_synthetic import write_taobao_groups
-from fedrec.federation.flower_fel import (
-    FELClustering,
-    FELJob,
-    Uploads,
-    combine_uploads,
-    local_round,
-    node_of,
-    run_deployment,
-    run_simulation,
-)
 from fedrec.train.fel import (
     DPConfig,
     FedConfig,
@@ -39,7 +30,16 @@ from fedrec.train.fel import (
     train_federated,
     train_rows_of,
 )
-from fedrec.train.fel_data import ClickData, click_data_from_taobao
+from fedrec.train.fel.flower import (
+    FELClustering,
+    FELJob,
+    Uploads,
+    combine_uploads,
+    local_round,
+    node_of,
+    run_deployment,
+    run_simulation,
+)
 
 CLUSTERING = FELClustering("feature", features=("final_gender_code", "age_level"))
 
@@ -166,8 +166,8 @@ def test_the_deployed_apps_read_their_job_from_the_run_configuration() -> None:
     """`flwr run` imports the module-level apps; they read the job `run_deployment` wrote into
     the run configuration (the loopback deployment itself is tested with FedNCF's apps, which
     share the launcher: tests/test_flower_fedncf.py)."""
-    from fedrec.federation import flower_fel
     from fedrec.federation.flower_common import JOB_KEY
+    from fedrec.train.fel import flower as flower_fel
 
     job = FELJob(
         data="taobao-synthetic",

@@ -25,7 +25,8 @@ pytest.importorskip("flwr")
 from flwr.app import Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
-from fedrec.federation import flower_fedncf, flower_fel
+from fedrec.train.fedncf import flower as flower_fedncf
+from fedrec.train.fel import flower as flower_fel
 
 
 class LocalGrid:

@@ -103,6 +103,7 @@ def test_fedncf_numbers_are_unchanged(model: str, ml100k_dir: Path) -> None:
             eval_every=1,
             seed=2,
             client_optimizer="fresh",  # the pins predate the federated default
+            simulation="batched",  # and the compiled default (where Numba installs)
         ),
     )
     measured = [value for p in result.history for value in (p.hit_rate, p.ndcg)]

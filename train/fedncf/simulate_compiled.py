@@ -1,6 +1,7 @@
-"""FedNCF's client simulation compiled with Numba (``FedNCFConfig(simulation="compiled")``).
+"""FedNCF's client simulation compiled with Numba (``simulation="compiled"``, the default where
+Numba installs): one kernel call trains a round's clients.
 
-Why a compiled kernel: the batched NumPy simulation (:func:`fedrec.train.fedncf.train_round_batched`)
+Why a compiled kernel: the batched NumPy simulation (:func:`~fedrec.train.fedncf.simulate_batched.train_round_batched`)
 steps all of a round's clients in lockstep, 45-80 NumPy calls per step and as many steps as
 the round's longest client (57 on ML-100K), so Python dispatch and one pass over memory per
 elementwise operation dominate a round. Here one compiled call trains the whole round: a
@@ -17,41 +18,80 @@ run in the last bits at first and, as training is chaotic, in its trajectory lat
 reproducible runs per simulation (the thread count does not change the numbers: a client's
 work stays on one thread), not identical runs across simulations.
 
-Numba is an optional dependency (``pip install "fedrec[fast]"``); the kernel is compiled on first
-use and cached next to this file.
+Numba is an optional dependency (``pip install "fedrec[fast]"``). This module imports without it:
+Numba is imported, and the kernel functions below are handed to ``numba.njit``, on the first
+compiled round (:func:`compile_kernel`, which the trainer calls before its timed training); the
+kernel is compiled then, or loaded from Numba's cache next to this file.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import time
+from typing import Any
 
 import numpy as np
 import torch
 
 from fedrec.agents.ncf import NCFConfig
 from fedrec.federation.aggregators import ClientUpdates
-from fedrec.train.fedncf import BETA1, BETA2, EPS, AdamStateStore, RoundSamples, _adam_factors
+from fedrec.train.fedncf.optim_state import BETA1, BETA2, EPS, AdamStateStore, _adam_factors
+from fedrec.train.fedncf.sampling import RoundSamples
 
-# Numba's OpenMP threads would otherwise spin after every round, taking a core from the NumPy
-# and PyTorch work between rounds (set before Numba starts its thread pool).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-try:
-    import numba
-except ImportError as error:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        'simulation="compiled" needs Numba: pip install "fedrec[fast]" (or pip install numba)'
-    ) from error
-
-__all__ = ["compile_kernel", "train_round_compiled"]
+__all__ = ["compile_kernel", "numba_available", "train_round_compiled"]
 
 # float32 constants, as the batched simulation's arrays hold them (a float64 would widen the loops)
 _B1, _B2, _EPS = np.float32(BETA1), np.float32(BETA2), np.float32(EPS)
 _G1, _G2 = np.float32(1 - BETA1), np.float32(1 - BETA2)
 
+#: ``numba.prange`` once the kernel is compiled (:func:`_jit`); plain ``range`` before, so that
+#: the module imports without Numba.
+prange: Any = range
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+#: Whether :func:`_jit` has replaced the kernel functions by Numba's compiled ones.
+_jitted = False
+
+
+def _import_numba() -> Any:
+    """``numba``, imported now (ImportError naming the extra when it is missing)."""
+    # Numba's OpenMP threads would otherwise spin after every round, taking a core from the NumPy
+    # and PyTorch work between rounds (set before Numba starts its thread pool).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    try:
+        import numba
+    except ImportError as error:
+        raise ImportError(
+            'simulation="compiled" needs Numba: pip install "fedrec[fast]" (or pip install numba)'
+        ) from error
+    return numba
+
+
+@functools.cache
+def numba_available() -> bool:
+    """Whether Numba imports in this environment (then ``simulation="auto"`` means compiled)."""
+    try:
+        _import_numba()
+    except ImportError:
+        return False
+    return True
+
+
+def _jit() -> None:
+    """Hand the kernel functions to ``numba.njit`` (once per process): the module's globals
+    ``_train_client``, ``_train_clients`` and ``prange`` become Numba's, so that
+    ``_train_clients`` calls the compiled ``_train_client`` and runs its loop as a ``prange``.
+    Numba compiles them at their first call, or loads them from its cache."""
+    global _jitted, _train_client, _train_clients, prange
+    if _jitted:
+        return
+    numba = _import_numba()
+    prange = numba.prange
+    _train_client = numba.njit(cache=True, nogil=True, error_model="numpy")(_train_client)
+    _train_clients = numba.njit(cache=True, parallel=True, error_model="numpy")(_train_clients)
+    _jitted = True
+
+
 def _train_client(
     c,
     dense,
@@ -235,7 +275,6 @@ def _train_client(
             step += 1
 
 
-@numba.njit(cache=True, parallel=True, error_model="numpy")
 def _train_clients(
     dense,
     dense_m,
@@ -260,7 +299,7 @@ def _train_clients(
     batch_size,
 ):  # pragma: no cover - compiled
     """Every client of the round, in parallel (their item rows are disjoint ranges)."""
-    for c in numba.prange(len(samples)):
+    for c in prange(len(samples)):
         _train_client(
             c,
             dense,
@@ -359,11 +398,13 @@ def train_round_compiled(
     optimizer_store: AdamStateStore | None = None,
 ) -> tuple[ClientUpdates, torch.Tensor]:
     """Train a round's clients with the compiled kernel (the arguments and results of
-    :func:`fedrec.train.fedncf.train_round_batched`; clients in ``round_samples.users`` order).
+    :func:`~fedrec.train.fedncf.simulate_batched.train_round_batched`; clients in
+    ``round_samples.users`` order).
 
     The kernel does not check its indices, so the inputs are checked here first (a
     :class:`ValueError` names the problem; nothing is changed)."""
     _check_inputs(config, round_samples, user_rows, items, network, batch_size)
+    _jit()
     n = np.asarray(round_samples.samples, np.int64)
     clients, epochs = len(n), int(round_samples.epoch.max()) + 1
     num_items, width = items.shape

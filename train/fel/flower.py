@@ -2,20 +2,21 @@
 
 The in-process trainer (:func:`fedrec.train.fel.train_federated`) trains one leaf per user
 cluster by (DP-)FedAvg inside each cluster, every party in one Python process. Here the same
-training runs on Flower's Message API (:mod:`fedrec.federation.flower_fedncf` is the template):
+training runs on Flower's Message API (:mod:`fedrec.train.fedncf.flower` is the template),
+with the same round (:mod:`fedrec.train.fel.rounds`):
 
 - **Nodes.** Flower node ``p`` of ``N`` (its partition id) hosts the users ``u`` with
   ``u % N == p``. Per round it receives its chosen users, the leaf of each user's cluster (only
   the leaves of those clusters) and builds its users' mini-batch schedules from a random stream
   of its own (``[seed, 5, phase, round, p]``); it trains them together with fedrec's batched
-  :func:`~fedrec.train.fel.local_train` (no per-client Python loop) and replies with each
+  :func:`~fedrec.train.fel.rounds.local_train` (no per-client Python loop) and replies with each
   client's update (trained copy minus the leaf it started from), its number of training rows
   ``n_k`` and the clients' mean first-batch loss.
 - **Server.** The ``ServerApp`` runs :func:`~fedrec.train.fel.train_federated`'s loop: the same
   seeded Poisson selection (and, without DP, the same fill of empty clusters), one ``train``
   message per node with chosen users, and the same aggregation on the uploads put back in user
   order: FedAvg with weights n_k / N inside each cluster, or with DP
-  :func:`~fedrec.train.fel_privacy.dp_aggregate`, which clips each client's update **on the
+  :func:`~fedrec.federation.privacy.dp_aggregate`, which clips each client's update **on the
   server** as the in-process trainer does (a deployment that does not trust the server would
   clip on the device; the sum is the same) and adds noise from the server's generator. Then the
   server scores the final leaves (every ensemble rule, the central over-arch of opt-in users and,
@@ -47,6 +48,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedrec.agents.fel_model import (
+    FederatedResult,
+    LeafConfig,
+    flatten,
+    init_params,
+    unflatten,
+)
+from fedrec.envs.datasets.click_data import click_data_from_ml100k, click_data_from_taobao
 from fedrec.federation.flower_common import (
     add_partition_query,
     job_of,
@@ -55,20 +64,23 @@ from fedrec.federation.flower_common import (
     simulate,
     tune_grid,
 )
-from fedrec.train.fel import (
-    DPConfig,
-    FedConfig,
-    LeafConfig,
+from fedrec.federation.privacy import GaussianMechanism, fel_epsilon, validate_dp_arguments
+from fedrec.train.fel.clusters import cluster_clients
+from fedrec.train.fel.config import DPConfig, FedConfig
+from fedrec.train.fel.ensemble import baseline_auc, ensemble_aucs
+from fedrec.train.fel.rounds import (
     aggregate_leaves,
+    client_schedules,
+    local_train,
     noise_multiplier_of,
     select_clients,
     train_rows_of,
 )
-from fedrec.train.fel_privacy import validate_dp_arguments
+from fedrec.train.fel.trainer import train_federated
 
 #: The click data sets a FEL Flower run reads (as ``fedrec bench fel --data``).
 DATASETS = ("taobao-synthetic", "taobao", "ml-100k")
-#: The clustering methods (:func:`fedrec.train.fel_clusters.cluster_clients`).
+#: The clustering methods (:func:`fedrec.train.fel.clusters.cluster_clients`).
 CLUSTERINGS = ("random", "feature", "kmeans")
 #: The feature cross of a ``feature`` clustering without ``features``, per data set.
 DEFAULT_CROSS = {
@@ -95,8 +107,6 @@ class FELClustering:
 
     def assign(self, data: Any) -> np.ndarray:
         """(U,) the cluster of every client of ``data`` (a :class:`ClickData`)."""
-        from fedrec.train.fel_clusters import cluster_clients
-
         return cluster_clients(
             data.public,
             data.public_names,
@@ -211,8 +221,8 @@ def digest(flat: torch.Tensor) -> str:
 
 # ------------------------------------------------------------------------------------------------
 # One round's pieces, without Flower: a node's local training and combining the nodes' uploads
-# (selection, training rows and the server step are fedrec.train.fel's own, shared with
-# train_federated)
+# (selection, training rows and the server step are fedrec.train.fel.rounds's, shared with
+# the in-process trainer)
 
 
 @dataclass(frozen=True)
@@ -238,10 +248,8 @@ def local_round(
     config: FedConfig,
 ) -> Uploads:
     """Train a node's chosen ``users`` from ``leaves[which[i]]`` (user i's cluster's leaf) on
-    their schedules (``index``, ``mask`` of :func:`~fedrec.train.fel.client_schedules`) with the
-    batched :func:`~fedrec.train.fel.local_train`; returns their uploads."""
-    from fedrec.train.fel import flatten, init_params, local_train, unflatten
-
+    their schedules (``index``, ``mask`` of :func:`~fedrec.train.fel.rounds.client_schedules`) with the
+    batched :func:`~fedrec.train.fel.rounds.local_train`; returns their uploads."""
     like = init_params(data, config.leaf, 1, 0)
     start = {
         name: t.contiguous()
@@ -294,9 +302,7 @@ def _shard(data: str, data_dir: str | None) -> _Shard:
 
 
 def load_click_data(data: str, data_dir: str | None) -> Any:
-    """The :class:`~fedrec.train.fel_data.ClickData` of a job (the synthetic set must exist)."""
-    from fedrec.train.fel_data import click_data_from_ml100k, click_data_from_taobao
-
+    """The :class:`~fedrec.envs.datasets.click_data.ClickData` of a job (the synthetic set must exist)."""
     if data == "ml-100k":
         return click_data_from_ml100k(data_dir)
     return click_data_from_taobao(data_dir)
@@ -340,8 +346,6 @@ def make_client_app(job: FELJob | None = None):
 
     @app.train()
     def train(msg: Message, context: Any) -> Message:
-        from fedrec.train.fel import client_schedules
-
         this = job or FELJob.of(context)
         shard, c = _shard(this.data, this.data_dir), this.config
         users, which, leaves = msg.content["arrays"].to_numpy_ndarrays()
@@ -392,11 +396,8 @@ def _train_on_nodes(
     phase: int,
 ) -> tuple[Any, list[float]]:
     """:func:`~fedrec.train.fel.train_federated` with the clients' local training on the nodes;
-    returns its :class:`~fedrec.train.fel.FederatedResult` and the seconds of every round."""
+    returns its :class:`~fedrec.agents.fel_model.FederatedResult` and the seconds of every round."""
     from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
-
-    from fedrec.train.fel import FederatedResult, flatten, init_params, unflatten
-    from fedrec.train.fel_privacy import GaussianMechanism, fel_epsilon
 
     data = shard.data
     assignment = np.asarray(assignment, np.int64)
@@ -485,8 +486,6 @@ def make_server_app(job: FELJob | None = None):
 
     @app.main()
     def main(grid: Any, context: Any) -> None:
-        from fedrec.train.fel import baseline_auc, ensemble_aucs, flatten
-
         this = job or FELJob.of(context)
         shard = _shard(this.data, this.data_dir)
         data, config = shard.data, this.config
@@ -677,7 +676,7 @@ def run_deployment(
         over_arch_iterations=over_arch_iterations,
     )
     return deploy(
-        app="fedrec.federation.flower_fel",
+        app="fedrec.train.fel.flower",
         job=lambda result_path: dataclasses.replace(job, result_path=result_path).to_json(),
         num_nodes=num_nodes,
         timeout=timeout,
@@ -698,8 +697,6 @@ def run_in_process(
 ) -> dict[str, Any]:
     """The same job with the in-process trainer (:func:`fedrec.train.fel.train_federated`), for
     comparison: the test AUC of every ensemble rule and the leaves' digest."""
-    from fedrec.train.fel import ensemble_aucs, flatten, train_federated
-
     job = _job(
         data=data,
         data_dir=data_dir,

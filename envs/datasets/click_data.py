@@ -1,4 +1,7 @@
-"""Click-prediction data for FEL: per-sample sparse codes, dense features, labels and clients.
+"""Click-prediction data (FEL's input): per-sample sparse codes, dense features, labels, clients.
+
+Data preparation only (the ``envs`` layer): the FEL model (:mod:`fedrec.agents.fel_model`), its
+trainer (:mod:`fedrec.train.fel`) and its Flower apps read it.
 
 :class:`ClickData` holds one row per impression (or rating), sorted by client, with CSR offsets per
 client, the clients' **public** features (the only input of clustering) and a train/test flag.

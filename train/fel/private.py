@@ -27,7 +27,7 @@ untrained private leaf (all zero) leaves the public prediction unchanged.
 **Privacy.** The private leaf is trained on the same users as their cluster's public leaf, so its
 RDP curve composes **sequentially** with that leaf's, and the guarantee is the max over clusters
 of the composition (:func:`private_fel_privacy`, Opacus's RDP accountant through
-:func:`fedrec.train.fel_privacy.fel_epsilon`).
+:func:`fedrec.federation.privacy.fel_epsilon`).
 """
 
 from __future__ import annotations
@@ -37,10 +37,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedrec.agents.fel_model import FederatedResult, combine, predict
+from fedrec.envs.datasets.click_data import ClickData
 from fedrec.eval.ranking_metrics import auc
-from fedrec.train.fel import FedConfig, FederatedResult, combine, predict, train_federated
-from fedrec.train.fel_data import ClickData
-from fedrec.train.fel_privacy import FELPrivacy, GaussianMechanism, fel_epsilon
+from fedrec.federation.privacy import FELPrivacy, GaussianMechanism, fel_epsilon
+from fedrec.train.fel.config import FedConfig
+from fedrec.train.fel.trainer import train_federated
 
 HISTORY_BUCKETS = 5
 

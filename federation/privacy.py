@@ -1,4 +1,8 @@
-"""DP-FedAvg for FEL's leaves and the privacy accounting of the whole ensemble.
+"""DP-FedAvg aggregation and privacy accounting: FEL's leaves and ensemble, FedCEM's DP variant.
+
+Federation-layer code (it sees client updates and the server's noise, nothing of a model): the
+FEL trainer (:mod:`fedrec.train.fel`), its Flower apps and FedCEM (:mod:`fedrec.agents.fedcem`)
+build on it.
 
 **Mechanism** (McMahan et al.'s DP-FedAvg, run inside each cluster): each round the clients of a
 cluster are Poisson-sampled with rate q; each sampled client's model update Δ_k is clipped to L2

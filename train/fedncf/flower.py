@@ -5,22 +5,27 @@ training runs on Flower's Message API, so the parties live in separate processes
 simulation engine (:func:`run_simulation`) or on a real deployment of a SuperLink and SuperNodes
 that :func:`run_deployment` starts on loopback (:mod:`fedrec.federation.flower_deploy`); the
 module's ``server_app`` and ``client_app`` are what ``flwr run`` deploys, and they read the job
-from the run configuration (:mod:`fedrec.federation.flower_common`):
+from the run configuration (:mod:`fedrec.federation.flower_common`, the generic Flower and Ray
+plumbing). The apps live beside the trainer whose round functions they call
+(:mod:`fedrec.train.fedncf.rounds`); the job and what both apps share are in
+:mod:`fedrec.train.fedncf.flower_job`:
 
 - **Nodes.** Each Flower node (SuperNode) hosts a shard of the users: user ``u`` lives on the node
   with partition id ``u % num_nodes``. A node keeps its users' private embeddings in its
-  ``Context.state``; they never leave it. It trains the round's users of its shard together with
-  fedrec's batched engine (:func:`fedrec.train.fedncf.train_round_batched`), so per-client Python
-  overhead does not come back, and replies with their uploads: each client's network weights,
-  sample count and touched item rows (:class:`fedrec.federation.aggregators.ClientUpdates`).
+  ``Context.state``; they never leave it. It trains the round's users of its shard together in
+  the configured client simulation (:func:`fedrec.train.fedncf.rounds.train_clients`; compiled by
+  default where Numba installs, else batched), so per-client Python overhead does not come back,
+  and replies with their uploads: each client's network weights, sample count and touched item
+  rows (:class:`fedrec.federation.aggregators.ClientUpdates`).
 - **Server.** The ``ServerApp`` runs FedNCF's loop: the same seeded client selection as the
   in-process trainer (a permutation of all users per global round, split into aggregation
   rounds), one ``train`` message per node with users in the round (the global item table, the
-  network and that node's users), and fedrec's own aggregators on the concatenated uploads
-  (SimpleAvg, FedAvg, MF-FedAvg), or, with ``secure``, MF-FedAvg through Flower's SecAgg+ workflow
-  (:mod:`fedrec.federation.flower_secagg`). Evaluation is federated too: every node scores HR@K / NDCG@K of
-  its own users with the global model and its private rows and returns only the sums.
-- **Parity.** With one node the run is the in-process run (the same samples, the same batched
+  network and that node's users), and fedrec's own aggregators on the concatenated uploads (the
+  plain rules of :mod:`fedrec.federation.registry`), or, with ``secure``, MF-FedAvg through
+  Flower's SecAgg+ workflow (:mod:`fedrec.federation.flower_secagg`). Evaluation is federated
+  too: every node scores HR@K / NDCG@K of its own users with the global model and its private
+  rows and returns only the sums.
+- **Parity.** With one node the run is the in-process run (the same samples, the same
   arithmetic). With several, each node draws its own users' negatives from its own stream
   (``[seed, 3, round, node]``), so numbers agree within noise, not bit for bit.
 
@@ -29,188 +34,58 @@ What the messages carry is what FedNCF's clients send anyway: no user embedding,
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from fedrec.agents.fedncf_agent import NCFRankingAgent
 from fedrec.federation.aggregators import ClientUpdates
 from fedrec.federation.flower_common import (
     add_partition_query,
-    job_of,
     partition_nodes,
     replies,
     simulate,
     tune_grid,
 )
+from fedrec.federation.flower_deploy import deploy
 from fedrec.federation.flower_secagg import SecureAggregation, secure_mod, secure_train_reply
 from fedrec.federation.registry import make_aggregator
-from fedrec.train.fedncf import FedNCFConfig, aggregate_round, select_round
-
-#: The aggregators a Flower run supports (MF-SecAvg simulates its masking in one process; Flower's
-#: own SecAgg+ workflow is the secure option there).
-FLOWER_AGGREGATORS = ("simpleavg", "fedavg", "mf-fedavg")
-
-
-@dataclass(frozen=True)
-class FedNCFJob:
-    """What a FedNCF Flower run trains: the data, the configuration, the number of nodes, and
-    where the server writes its result (JSON)."""
-
-    dataset: str
-    data_dir: str | None
-    config: FedNCFConfig
-    num_nodes: int
-    result_path: str
-    secure: bool = False
-    """aggregate with Flower's SecAgg+ workflow (MF-FedAvg only; :mod:`.flower_secagg`)."""
-    secagg_clip: float = 8.0
-    """SecAgg+'s clipping range for the scaled sums (Flower's default)."""
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self))
-
-    @classmethod
-    def from_dict(cls, job: dict[str, Any]) -> FedNCFJob:
-        from fedrec.agents.ncf import NCFConfig
-
-        values = dict(job["config"])
-        model = dict(values.pop("model"))
-        model["hidden"] = tuple(model["hidden"])
-        config = FedNCFConfig(model=NCFConfig(**model), **values)
-        return cls(
-            dataset=str(job["dataset"]),
-            data_dir=job["data_dir"],
-            config=config,
-            num_nodes=int(job["num_nodes"]),
-            result_path=str(job["result_path"]),
-            secure=bool(job.get("secure", False)),
-            secagg_clip=float(job.get("secagg_clip", 8.0)),
-        )
-
-    @classmethod
-    def of(cls, context: Any) -> FedNCFJob:
-        """The job in a deployment's run configuration."""
-        return cls.from_dict(job_of(context))
-
-
-#: What a Flower run trains when no configuration is given: FedNCF's defaults with what Flower
-#: runs (fresh client optimisers, one federated evaluation at the end).
-FLOWER_DEFAULTS = FedNCFConfig(client_optimizer="fresh", eval_every=0)
-
-
-def check_supported(config: FedNCFConfig, num_nodes: int, secure: bool = False) -> None:
-    """Refuse, naming the field, every configuration a Flower run does not run as the
-    in-process trainer does, before any process starts. Every other field is honoured
-    (tests/test_flower_rounds.py checks each one against the in-process trainer)."""
-    if secure and config.aggregator.lower() != "mf-fedavg":
-        raise ValueError(
-            f"Flower's SecAgg+ is implemented for MF-FedAvg only, not {config.aggregator!r}"
-        )
-    if config.aggregator.lower() not in FLOWER_AGGREGATORS:
-        raise ValueError(
-            f"aggregator {config.aggregator!r} is not available on Flower; use one of "
-            f"{', '.join(FLOWER_AGGREGATORS)}"
-        )
-    if num_nodes < 1:
-        raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
-    if config.client_optimizer != "fresh":
-        raise ValueError(
-            f"client_optimizer {config.client_optimizer!r} is not available on Flower (its nodes "
-            "train fresh client optimisers); pass client_optimizer='fresh'"
-        )
-    if config.eval_every != 0:
-        raise ValueError(
-            f"eval_every={config.eval_every} is not available on Flower (it evaluates once, at "
-            "the end); pass eval_every=0"
-        )
-    if config.validation:
-        raise ValueError(
-            "validation=True is not available on Flower (no validation split or model selection "
-            "on the nodes); pass validation=False"
-        )
-
-
-def node_of(users: np.ndarray, num_nodes: int) -> np.ndarray:
-    """The partition id of the node hosting each user."""
-    return np.asarray(users, dtype=np.int64) % num_nodes
-
-
-def _initial_model(config: FedNCFConfig, num_users: int, num_items: int):
-    """The seeded initial NCF, exactly as the in-process trainer builds it."""
-    from fedrec.agents.ncf import NCF
-
-    generator = torch.Generator().manual_seed(config.seed)
-    return NCF(config.model, num_users=num_users, num_items=num_items, generator=generator)
-
+from fedrec.train.fedncf.config import FedNCFConfig
+from fedrec.train.fedncf.evaluate import env_id_of
+from fedrec.train.fedncf.flower_job import (
+    FLOWER_DEFAULTS,
+    SYNTHETIC_PREFIX,
+    FedNCFJob,
+    _initial_model,
+    _Shard,
+    _shard,
+    check_supported,
+    node_of,
+    peak_rss_mib,
+)
+from fedrec.train.fedncf.rounds import (
+    aggregate_round,
+    round_extras,
+    round_trainer,
+    select_round,
+    train_clients,
+)
 
 # ------------------------------------------------------------------------------------------------
 # The node (ClientApp)
 
 
-#: ``synthetic-<U>``: U synthetic users shaped like ML-100K, built in memory in every process
-#: (:func:`fedrec.envs.datasets.synthetic_clients.synthetic_clients`, seed 0); no evaluation.
-SYNTHETIC_PREFIX = "synthetic-"
-
-
-class _Shard:
-    """The data a node trains from (the users' private rows live in ``Context.state``)."""
-
-    def __init__(self, dataset: str, data_dir: str | None) -> None:
-        from fedrec.train.fedncf import ClientData
-
-        if dataset.startswith(SYNTHETIC_PREFIX):
-            from fedrec.envs.datasets.synthetic_clients import synthetic_clients
-
-            self.clients = synthetic_clients(_synthetic_users(dataset), seed=0)
-            self.num_users = len(self.clients.train_indptr) - 1
-        else:
-            from fedrec.envs.datasets.catalog import load_prepared
-
-            data = load_prepared(dataset, data_dir)
-            self.clients = ClientData.of(data)
-            self.num_users = data.num_users
-        self.num_items = self.clients.num_items
-
-
-def _synthetic_users(dataset: str) -> int:
-    users = dataset.removeprefix(SYNTHETIC_PREFIX)
-    if not users.isdigit() or int(users) < 1:
-        raise ValueError(f"a synthetic population is named synthetic-<users>, got {dataset!r}")
-    return int(users)
-
-
-def peak_rss_mib() -> float:
-    """This process's peak resident set size (``VmHWM``; 0 where ``/proc`` is missing)."""
-    status = Path("/proc/self/status")
-    if not status.is_file():
-        return 0.0
-    for line in status.read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-@functools.cache
-def _shard(dataset: str, data_dir: str | None) -> _Shard:
-    """The node process's loaded data, loaded once per process."""
-    return _Shard(dataset, data_dir)
-
-
 @functools.cache
 def _round_engine(config: FedNCFConfig) -> tuple[Any, dict[str, Any]]:
     """The node process's round trainer for ``config.simulation`` and its workspace, built
-    once per process (:func:`fedrec.train.fedncf.round_trainer`)."""
-    from fedrec.train.fedncf import round_extras, round_trainer
-
+    once per process (:func:`fedrec.train.fedncf.rounds.round_trainer`)."""
     return round_trainer(config.simulation), round_extras(config)
 
 
@@ -264,8 +139,6 @@ def make_client_app(job: FedNCFJob | None = None):
     ) -> tuple[ClientUpdates, int]:
         """Train the node's users of aggregation round ``r``; their new private rows stay in
         ``context.state``; returns their uploads and the round's local examples."""
-        from fedrec.train.fedncf import train_clients
-
         shard, c = _shard(this.dataset, this.data_dir), this.config
         own, rows = rows_of(context, this, shard)
         pid = int(context.node_config["partition-id"])
@@ -320,8 +193,6 @@ def _score_users(
     import gymnasium as gym
 
     import fedrec  # noqa: F401  (registers the env ids)
-    from fedrec.agents.fedncf_agent import NCFRankingAgent
-    from fedrec.train.fedncf import env_id_of
 
     c, dataset, data_dir = job.config, job.dataset, job.data_dir
     num_users, num_items = shard.num_users, shard.num_items
@@ -557,14 +428,12 @@ def run_deployment(
     """Train FedNCF on a real Flower deployment on loopback: a SuperLink and ``num_nodes``
     SuperNodes as separate processes (:func:`fedrec.federation.flower_deploy.deploy`), stopped
     at the end; returns what :func:`run_simulation` returns."""
-    from fedrec.federation.flower_deploy import deploy
-
     config = config or FLOWER_DEFAULTS
     check_supported(config, num_nodes, secure)
     if data_dir is not None:
         data_dir = str(Path(data_dir).resolve())  # the node processes run elsewhere
     return deploy(
-        app="fedrec.federation.flower_fedncf",
+        app=__name__,
         job=lambda result_path: FedNCFJob(
             dataset, data_dir, config, num_nodes, result_path, secure=secure
         ).to_json(),

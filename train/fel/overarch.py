@@ -1,11 +1,14 @@
-"""FEL's over-arch trained by federated learning: every user fits it on its own samples.
+"""FEL's learned ensemble, the over-arch (:class:`fedrec.agents.fel_model.OverArch`), trained
+centrally or by federated learning.
 
-The central over-arch (:func:`fedrec.train.fel.train_over_arch`) may only see the data of opt-in
-users. This one is trained by (DP-)FedAvg over **every** user instead: the server broadcasts the
+**Centrally** (:func:`train_over_arch`): on the data of opt-in users only.
+
+**By federated learning** (:func:`train_over_arch_federated`): every user fits it on its own
+samples, by (DP-)FedAvg over **every** user: the server broadcasts the
 trained leaves and the over-arch; a sampled client computes the K leaf logits on its own training
 rows, runs local SGD on the over-arch and sends its update; the server averages the updates
 (FedAvg, weights n_k / N) or, with DP, clips each update, adds Gaussian noise to the sum and
-divides by the expected number of sampled clients (:func:`fedrec.train.fel_privacy.dp_aggregate`,
+divides by the expected number of sampled clients (:func:`fedrec.federation.privacy.dp_aggregate`,
 one "cluster" holding every client).
 
 Privacy: the over-arch touches every user's protected data after the leaves did, so its
@@ -27,16 +30,43 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedrec.train.fel import (
-    FedConfig,
-    OverArch,
-    client_schedules,
-    flatten,
-    predict,
-    unflatten,
-)
-from fedrec.train.fel_data import ClickData
-from fedrec.train.fel_privacy import GaussianMechanism, dp_aggregate, noise_multiplier_for
+from fedrec.agents.fel_model import OverArch, flatten, predict, unflatten
+from fedrec.envs.datasets.click_data import ClickData
+from fedrec.federation.privacy import GaussianMechanism, dp_aggregate, noise_multiplier_for
+from fedrec.train.fel.config import FedConfig
+from fedrec.train.fel.rounds import client_schedules
+
+
+def train_over_arch(
+    logits: np.ndarray,
+    cluster: np.ndarray,
+    labels: np.ndarray,
+    *,
+    hidden: int = 16,
+    iterations: int = 100,
+    seed: int = 0,
+) -> OverArch:
+    """Fit an :class:`OverArch` centrally on opt-in users' samples: full-batch L-BFGS with a
+    strong-Wolfe line search, ``iterations`` steps. (The over-arch has a few hundred parameters
+    and the batch fits in memory; on the synthetic Taobao data, 100 L-BFGS steps reached a test
+    AUC 0.04 higher than 200 epochs of full-batch Adam, in a third of the time.)"""
+    torch.manual_seed(seed)
+    arch = OverArch(logits.shape[1], hidden)
+    x = torch.as_tensor(logits, dtype=torch.float32)
+    c = torch.as_tensor(cluster, dtype=torch.int64)
+    y = torch.as_tensor(labels, dtype=torch.float32)
+    opt = torch.optim.LBFGS(
+        arch.parameters(), lr=1.0, max_iter=iterations, line_search_fn="strong_wolfe"
+    )
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.binary_cross_entropy_with_logits(arch(x, c), y)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return arch
 
 
 @dataclass

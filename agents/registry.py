@@ -37,6 +37,13 @@ AGENTS: dict[str, str] = {
     "popularity": "fedrec.agents.logged_baselines:PopularityAgent",
     "ppo": "fedrec.agents.sb3_agents:PPOAgent",
     "recurrent_ppo": "fedrec.agents.sb3_agents:RecurrentPPOAgent",
+    # Bandits (docs/agents.md, "Bandits").
+    "cascade_ucb1": "fedrec.agents.cascade_bandits:CascadeUCB1Agent",
+    "cascade_linucb": "fedrec.agents.cascade_bandits:CascadeLinUCBAgent",
+    "linucb_slate": "fedrec.agents.linucb_slate:LinUCBSlateAgent",
+    # Policy gradient and actor-critic (docs/agents.md, "Policy gradient and actor-critic").
+    "reinforce_topk": "fedrec.agents.reinforce_topk:ReinforceTopKAgent",
+    "sac_topk": "fedrec.agents.sac_topk:SACTopKAgent",
 }
 
 _FEDSLATE = "fedrec.agents.fedslate:FedSlateAgent"

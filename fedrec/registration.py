@@ -90,8 +90,32 @@ CHOC_KALE_ENVIRONMENTS: tuple[EnvEntry, ...] = (
 )
 
 
+#: Other simulated users: RecSim's interest evolution and a cascade click model over Choc-vs-Kale
+#: items (docs/interest_evolution.md). Their hidden info keys differ from Choc-vs-Kale's.
+USER_MODEL_ENVIRONMENTS: tuple[EnvEntry, ...] = (
+    EnvEntry(
+        id="fedrec/InterestEvolution-v0",
+        api="gymnasium",
+        entry_point="fedrec.envs.interest_evolution:InterestEvolutionEnv",
+        vector_entry_point="fedrec.envs.interest_evolution_vector:InterestEvolutionVectorEnv",
+        description="RecSim's interest evolution (RLlib's SlateQ env): 10 videos, slates of 2, "
+        "reward = watch time.",
+    ),
+    EnvEntry(
+        id="fedrec/ChocKaleCascade-v0",
+        api="gymnasium",
+        entry_point="fedrec.envs.cascade:ChocKaleCascadeEnv",
+        vector_entry_point="fedrec.envs.cascade_vector:ChocKaleCascadeVectorEnv",
+        description="Cascade clicks (Kveton et al. 2015) on Choc-vs-Kale items; exact optimal "
+        "slate for regret.",
+    ),
+)
+
+
 #: Every registered environment, in the order `fedrec envs` lists them.
-ENVIRONMENTS: tuple[EnvEntry, ...] = CHOC_KALE_ENVIRONMENTS + LOGGED_DATA_ENVIRONMENTS
+ENVIRONMENTS: tuple[EnvEntry, ...] = (
+    CHOC_KALE_ENVIRONMENTS + USER_MODEL_ENVIRONMENTS + LOGGED_DATA_ENVIRONMENTS
+)
 
 
 def register_all() -> None:

@@ -26,7 +26,19 @@ CHOC_KALE_HIDDEN = frozenset(
 #: (interaction mode). The Taobao env declares none.
 LOGGED_EVALUATION_HIDDEN = frozenset({"target_index", "test_item"})
 LOGGED_INTERACTION_HIDDEN = frozenset({"positives_left"})
-ALL_HIDDEN = CHOC_KALE_HIDDEN | LOGGED_EVALUATION_HIDDEN | LOGGED_INTERACTION_HIDDEN
+#: The other simulated users: interest evolution (the time budget, the candidates' quality) and
+#: the cascade env (the attraction probabilities and the click probabilities behind regret).
+INTEREST_EVOLUTION_HIDDEN = frozenset({"budget_left", "candidate_quality"})
+CASCADE_HIDDEN = frozenset(
+    {"candidate_attraction", "slate_click_probability", "optimal_click_probability"}
+)
+ALL_HIDDEN = (
+    CHOC_KALE_HIDDEN
+    | LOGGED_EVALUATION_HIDDEN
+    | LOGGED_INTERACTION_HIDDEN
+    | INTEREST_EVOLUTION_HIDDEN
+    | CASCADE_HIDDEN
+)
 
 
 def hidden_values(infos: Any, hidden: frozenset[str] = ALL_HIDDEN, path: str = "infos") -> dict:

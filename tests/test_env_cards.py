@@ -6,9 +6,11 @@ import re
 
 import pytest
 
+from fedrec.envs.cascade import ChocKaleCascadeEnv
 from fedrec.envs.choc_kale import ChocKaleEnv
 from fedrec.envs.datasets.environments import LoggedEvaluationEnv, LoggedInteractionEnv
 from fedrec.envs.datasets.taobao import TaobaoAdsEnv
+from fedrec.envs.interest_evolution import InterestEvolutionEnv
 from fedrec.envs.multi_platform import ChocKaleMultiPlatformEnv
 
 SECTIONS = (
@@ -25,7 +27,9 @@ SECTIONS = (
     "env_class",
     [
         ChocKaleEnv,
+        ChocKaleCascadeEnv,
         ChocKaleMultiPlatformEnv,
+        InterestEvolutionEnv,
         LoggedEvaluationEnv,
         LoggedInteractionEnv,
         TaobaoAdsEnv,

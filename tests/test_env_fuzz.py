@@ -38,6 +38,7 @@ from fedrec.registration import ENVIRONMENTS
 MULTI_PLATFORM = "fedrec/ChocKaleMultiPlatform-v0"
 MULTI_PLATFORM_USER_TYPES = "fedrec/ChocKaleMultiPlatformUserTypes-v0"
 TAOBAO = "fedrec/TaobaoAds-v0"
+INTEREST_EVOLUTION = "fedrec/InterestEvolution-v0"
 NUM_ENVS = 3
 #: ints that do not fit the candidate range, int64 or any integer dtype at all
 HUGE_INTS = [2**31, 2**63 - 1, 2**63, 2**64, 2**70, -(2**63) - 1, -(2**70)]
@@ -74,8 +75,10 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _kwargs(env_id: str, mode: str, data_dir: Path) -> dict[str, Any]:
     """Short episodes for every env, so a few steps cross an episode end."""
-    if env_id.startswith("fedrec/ChocKale"):
+    if env_id.startswith("fedrec/ChocKale"):  # the cascade env too
         return {"time_budget": 3}
+    if env_id == INTEREST_EVOLUTION:  # minutes: 1-6 steps
+        return {"time_budget": 3.0}
     if env_id == TAOBAO:
         return {"data_dir": data_dir, "split": "all", "max_episode_steps": 3}
     if mode == "evaluation":

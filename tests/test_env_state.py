@@ -34,8 +34,10 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _kwargs(env_id: str, data_dir: Path, mode: str = "interaction") -> dict[str, Any]:
     """Small episodes for every env, so a few steps cross an episode end."""
-    if env_id.startswith("fedrec/ChocKale"):
+    if env_id.startswith("fedrec/ChocKale"):  # the cascade env too
         return {**SLATE, "time_budget": 5}
+    if env_id == "fedrec/InterestEvolution-v0":  # minutes: 2-10 steps
+        return {**SLATE, "time_budget": 5.0}
     if env_id == "fedrec/TaobaoAds-v0":
         return {"data_dir": data_dir, "max_episode_steps": 3}
     if mode == "evaluation":

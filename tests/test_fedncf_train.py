@@ -595,7 +595,7 @@ def test_cohort_selection_keeps_the_groups_and_resumes_exactly(small_dir: Path) 
     assert bench_fedncf.config_from_args(parser.parse_args(args)).selection == "permutation"
     bench = bench_fedncf.config_from_args(parser.parse_args([*args, "--selection", "cohorts"]))
     assert bench.selection == "cohorts"
-    with pytest.raises(ValueError, match="selection must be"):
+    with pytest.raises(ValueError, match=r"--selection \(selection\) must be one of"):
         bench_fedncf.BenchFedNCFConfig(selection="fixed")
 
 

@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 from info_spy import (
     ALL_HIDDEN,
+    CASCADE_HIDDEN,
     CHOC_KALE_HIDDEN,
+    INTEREST_EVOLUTION_HIDDEN,
     LOGGED_EVALUATION_HIDDEN,
     LOGGED_INTERACTION_HIDDEN,
     RECORDS,
@@ -36,7 +38,11 @@ from fedrec.envs.datasets.synthetic import write_synthetic
 from fedrec.envs.hidden import hidden_info_keys
 from fedrec.envs.multi_platform import ChocKaleMultiPlatformBatchEnv, ChocKaleMultiPlatformEnv
 from fedrec.eval.rollout import evaluate_policy
-from fedrec.registration import CHOC_KALE_ENVIRONMENTS, environment_ids
+from fedrec.registration import (
+    CHOC_KALE_ENVIRONMENTS,
+    USER_MODEL_ENVIRONMENTS,
+    environment_ids,
+)
 from fedrec.train.loop import TrainConfig, train
 from fedrec.train.multi_platform import MultiPlatformTrainConfig, train_multi_platform
 
@@ -47,10 +53,16 @@ TAOBAO = "fedrec/TaobaoAds-v0"
 #: Short episodes, so that several end (and a vector env reports ``final_info``) in a few steps.
 TINY = {"num_candidates": 10, "slate_size": 3, "time_budget": 8}
 CHOC_IDS = [e.id for e in CHOC_KALE_ENVIRONMENTS if e.api == "gymnasium"]
+MODEL_HIDDEN = {
+    "fedrec/InterestEvolution-v0": INTEREST_EVOLUTION_HIDDEN,
+    "fedrec/ChocKaleCascade-v0": CASCADE_HIDDEN,
+}
+MODEL_IDS = [e.id for e in USER_MODEL_ENVIRONMENTS]
 LOGGED_IDS = [e.id for e in LOGGED_DATA_ENVIRONMENTS if "dataset" in e.kwargs]
 #: (env id, mode) of every registered Gymnasium env; mode None: the env has one.
 CASES = [
     *[(env_id, None) for env_id in CHOC_IDS],
+    *[(env_id, None) for env_id in MODEL_IDS],
     *[(env_id, mode) for env_id in LOGGED_IDS for mode in ("interaction", "evaluation")],
     (TAOBAO, None),
 ]
@@ -61,6 +73,8 @@ def declared(env_id: str, mode: str | None) -> frozenset[str]:
     """What each env must declare hidden (pinned; the spies look for all of these everywhere)."""
     if env_id in CHOC_IDS or env_id in MULTI_IDS:
         return CHOC_KALE_HIDDEN
+    if env_id in MODEL_HIDDEN:
+        return MODEL_HIDDEN[env_id]
     if env_id == TAOBAO:
         return frozenset()
     return LOGGED_EVALUATION_HIDDEN if mode == "evaluation" else LOGGED_INTERACTION_HIDDEN
@@ -75,7 +89,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def env_kwargs(env_id: str, mode: str | None, data_dir: Path) -> dict:
-    if env_id in CHOC_IDS:
+    if env_id in CHOC_IDS or env_id in MODEL_IDS:
         return dict(TINY)
     if env_id == TAOBAO:
         return {"data_dir": str(data_dir)}

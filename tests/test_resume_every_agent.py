@@ -79,6 +79,19 @@ SETUPS: dict[str, Setup] = {
         {"n_steps": 16, "batch_size": 32, "n_epochs": 2, "net_arch": (16,), "lstm_hidden_size": 8},
         "policy",
     ),
+    # The bandits learn from the first step (their defaults are tiny already).
+    "CascadeUCB1Agent": Setup(learned="examined"),
+    "CascadeLinUCBAgent": Setup(learned="model.b"),
+    "LinUCBSlateAgent": Setup(learned="model.b"),
+    # An update per 4 finished user-episodes (the first at 80 transitions, the kill after 160).
+    "ReinforceTopKAgent": Setup(
+        {"hidden_sizes": (16,), "learning_starts": 40, "batch_episodes": 4}, "policy"
+    ),
+    # A gradient step per 8 transitions from the 41st on.
+    "SACTopKAgent": Setup(
+        {"hidden_sizes": (16,), "learning_starts": 40, "batch_size": 8, "train_frequency": 8},
+        "actor",
+    ),
     "FedSlateAgent": Setup(
         {"learning_starts": 40, "batch_size": 8, "local_hidden": (16,), "global_hidden": (16,)},
         "platforms.platform_a.q_network",

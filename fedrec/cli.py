@@ -143,9 +143,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"{prefix} {' '.join(exit_.code.split())}", file=sys.stderr)
         raise CommandExit(exit_.code) from None
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:
+        # A training loop stopped by SIGINT/SIGTERM has checkpointed at a step boundary
+        # (fedrec.train.core.Interrupted); anything else was stopped where it was.
+        saved = (
+            "; checkpoint written, rerun with --resume to continue"
+            if hasattr(stop, "signum")
+            else ""
+        )
+        print(f"interrupted{saved}", file=sys.stderr)
+        return 128 + int(getattr(stop, "signum", 2))
     except Exception as error:
         if args.debug or not is_user_error(error):
             raise

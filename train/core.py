@@ -14,6 +14,11 @@ evaluation -- and a loop implements only what is its own:
   ``state_dict()`` methods;
 * :meth:`Trainer.evaluate` -- the final evaluation written to ``final_eval.json``.
 
+**Stopping.** SIGINT (Ctrl-C) and SIGTERM stop a run at the next step boundary: the core writes a
+checkpoint there (where the loop checkpoints) and raises :class:`Interrupted`, so ``--resume``
+continues exactly. A second signal while the step finishes stops at once, without a checkpoint
+(the previous one is kept).
+
 Before it trains, :meth:`Trainer.run` refuses what would only fail later: a run directory that is
 a file or lies under one, a run file (``checkpoint.pt``, ...) that is a directory, a directory it
 cannot write, and an env that cannot save its state as data (:meth:`Trainer.checkpoint_problem`;
@@ -33,9 +38,11 @@ import csv
 import dataclasses
 import io
 import json
+import signal
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -186,6 +193,37 @@ def tensorboard_writer(out_dir: Path | None) -> Any:
     except ImportError:
         return None
     return SummaryWriter(log_dir=str(out_dir / "tensorboard"))
+
+
+class Interrupted(KeyboardInterrupt):
+    """A run stopped by SIGINT or SIGTERM at a step boundary, after its checkpoint was written."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stop_requests() -> Iterator[list[int]]:
+    """While inside, SIGINT and SIGTERM only record their number in the yielded list (a second
+    one raises ``KeyboardInterrupt`` at once); the handlers before are restored on exit. Outside
+    the main thread, where Python cannot install handlers, nothing is recorded."""
+    requested: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield requested
+        return
+
+    def record(signum: int, frame: object) -> None:
+        if requested:
+            raise KeyboardInterrupt
+        requested.append(signum)
+
+    before = {signum: signal.signal(signum, record) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield requested
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
 
 
 class Trainer(abc.ABC):
@@ -434,25 +472,29 @@ class Trainer(abc.ABC):
         every = self.checkpoint_every
         next_checkpoint = (self.progress() // every + 1) * every if every else None
         try:
-            while not self.finished():
-                before = self.progress()
-                rows_done, metrics = self.step()
-                for row in rows_done:
-                    self.log.add(row)
+            with stop_requests() as requested:
+                while not self.finished():
+                    before = self.progress()
+                    rows_done, metrics = self.step()
+                    for row in rows_done:
+                        self.log.add(row)
+                        if writer is not None:
+                            for name, value in zip(self.header[1:], row[1:], strict=True):
+                                writer.add_scalar(f"{self.row_tag}/{name}", value, row[0])
                     if writer is not None:
-                        for name, value in zip(self.header[1:], row[1:], strict=True):
-                            writer.add_scalar(f"{self.row_tag}/{name}", value, row[0])
-                if writer is not None:
-                    for name, value in metrics.items():
-                        writer.add_scalar(f"train/{name}", value, self.progress())
-                bar.update(self.progress() - before)
-                if rows_done:
-                    bar.set_postfix(self.postfix(), refresh=False)
-                if next_checkpoint is not None and self.progress() >= next_checkpoint:
-                    if not self.finished():
+                        for name, value in metrics.items():
+                            writer.add_scalar(f"train/{name}", value, self.progress())
+                    bar.update(self.progress() - before)
+                    if rows_done:
+                        bar.set_postfix(self.postfix(), refresh=False)
+                    if next_checkpoint is not None and self.progress() >= next_checkpoint:
+                        if not self.finished():
+                            self.checkpoint()
+                        next_checkpoint = (self.progress() // every + 1) * every
+                    if requested:  # SIGINT/SIGTERM: stop here, resumable
                         self.checkpoint()
-                    next_checkpoint = (self.progress() // every + 1) * every
-            self.checkpoint()
+                        raise Interrupted(requested[0])
+                self.checkpoint()
         finally:
             bar.close()
             self.log.close()

@@ -318,11 +318,15 @@ def mean_ci(values: Iterable[float], confidence: float = 0.95) -> tuple[float, f
     return t_mean_ci(list(values), confidence)
 
 
-def plus_minus(mean: float, half: float | None, digits: int = 4) -> str:
-    """``mean ± half`` (the mean alone for a missing or NaN half-width, "–" for a NaN mean)."""
+def plus_minus(
+    mean: float, half: float | None, digits: int = 4, *, zero_is_none: bool = False
+) -> str:
+    """``mean ± half`` (the mean alone for a missing or NaN half-width, "–" for a NaN mean).
+    ``zero_is_none``: a half-width of 0 is no interval either (summaries of one seed written
+    before the half-width became NaN hold 0)."""
     if not math.isfinite(mean):
         return "–"
-    if half is None or not math.isfinite(half):
+    if half is None or not math.isfinite(half) or (zero_is_none and half == 0):
         return f"{mean:.{digits}f}"
     return f"{mean:.{digits}f} ± {half:.{digits}f}"
 

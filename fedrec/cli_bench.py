@@ -1,5 +1,6 @@
-"""``fedrec bench BENCHMARK``: the project's benchmarks (each a driver module under ``experiments/``, built on
-``experiments/harness.py``; default output folders under the git-ignored ``runs/bench/``)."""
+"""``fedrec bench BENCHMARK``: the project's benchmarks, each a driver module under
+``experiments/`` registered with ``experiments/harness.py``'s ``add_bench_parser``; default output
+folders under the git-ignored ``runs/bench/``, ``results/`` only when ``--out`` names it."""
 
 from __future__ import annotations
 
@@ -15,12 +16,21 @@ BENCHMARKS = {
     "longterm": "fedrec.experiments.longterm",
 }
 
+#: ``fedrec bench --help``: every benchmark, and where its files go.
+DESCRIPTION = (
+    f"Benchmarks: {', '.join(BENCHMARKS)} (one line each below; `fedrec bench NAME --help` lists "
+    "its options). Output: by default runs/bench/NAME/HASH (git-ignored; HASH of the "
+    "configuration, fedslate's prefixed by its setting; envs writes a file only with --json), "
+    "never the committed results/ unless --out names it; a folder of another configuration is "
+    "refused."
+)
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "bench",
         help="run a benchmark and print its table",
-        description="Benchmarks: `fedrec bench envs` measures environment throughput against RecSim.",
+        description=DESCRIPTION,
     )
     bench_subparsers = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
     for module_name in BENCHMARKS.values():

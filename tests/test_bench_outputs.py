@@ -195,3 +195,10 @@ def test_fedncf_cache_files_are_checked_whole(tmp_path: Path) -> None:
             harness.read_cached(path, record_check(spec), "fedncf run cache file")
     path.write_text(json.dumps(good))
     assert harness.read_cached(path, record_check(spec), "x") == good
+
+
+def test_plus_minus_can_read_a_zero_half_width_as_no_interval() -> None:
+    from fedrec.experiments.harness import plus_minus
+
+    assert plus_minus(0.5, 0.0, 4) == "0.5000 ± 0.0000"
+    assert plus_minus(0.5, 0.0, 4, zero_is_none=True) == "0.5000"

@@ -18,7 +18,8 @@ from fedrec.envs.cascade_model import (
 )
 from fedrec.envs.hidden import HIDDEN_INFO_KEYS
 from fedrec.envs.slates import SlateSpace, validate_slates
-from fedrec.envs.state import StateReader, generator_state
+from fedrec.envs.state import SimulatorEnvState
+from fedrec.envs.vector_utils import check_render_mode
 
 Observation = dict[str, np.ndarray]
 
@@ -40,7 +41,7 @@ def observation_space(params: CascadeParams) -> spaces.Dict:
     )
 
 
-class ChocKaleCascadeEnv(gym.Env[Observation, np.ndarray]):
+class ChocKaleCascadeEnv(SimulatorEnvState, gym.Env[Observation, np.ndarray]):
     r"""Cascade clicks on Choc-vs-Kale items: the user clicks the first attractive item of the slate.
 
     ## Description
@@ -106,6 +107,7 @@ class ChocKaleCascadeEnv(gym.Env[Observation, np.ndarray]):
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4, HIDDEN_INFO_KEYS: HIDDEN_STATE_KEYS}
+    LAST_HAS_REWARD = False  # _last is (slate, slot): the reward is whether slot >= 0
 
     def __init__(
         self,
@@ -117,8 +119,7 @@ class ChocKaleCascadeEnv(gym.Env[Observation, np.ndarray]):
         resample_candidates: bool = True,
         render_mode: str | None = None,
     ) -> None:
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None")
+        check_render_mode(render_mode, self.metadata)
         self.params = CascadeParams(
             num_candidates=num_candidates,
             slate_size=slate_size,
@@ -157,37 +158,6 @@ class ChocKaleCascadeEnv(gym.Env[Observation, np.ndarray]):
         self._needs_reset = terminated
         self._last = (slate.tolist(), slot)
         return self._observation(), float(slot >= 0), terminated, False, self._info(slot)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Everything that changes while the env runs, as plain data (see :mod:`fedrec.envs.state`)."""
-        last = None if self._last is None else ([int(i) for i in self._last[0]], int(self._last[1]))
-        return {
-            "np_random": generator_state(self._np_random),
-            "np_random_seed": self._np_random_seed,
-            "simulator": self._sim.state_dict(),
-            "last": last,
-            "needs_reset": bool(self._needs_reset),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` into an env built with the same arguments (checked first)."""
-        read = StateReader(state, type(self).__name__)
-        rng = read.generator()
-        seed = read.seed()
-        simulator = read.dict("simulator")
-        last = read.raw("last")
-        needs_reset = read.bool("needs_reset")
-        read.finish()
-        if last is not None:
-            try:
-                slate, slot = last
-                last = [int(item) for item in slate], int(slot)
-            except (TypeError, ValueError) as error:
-                raise read.fail("last", f"must be None or (slate, slot): {error}") from error
-        self._sim.load_state_dict(simulator)  # checks before it changes anything
-        self._np_random, self._np_random_seed = rng, seed
-        self._last = last
-        self._needs_reset = needs_reset
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":

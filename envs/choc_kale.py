@@ -18,8 +18,9 @@ from fedrec.envs.choc_kale_model import (
 )
 from fedrec.envs.choc_kale_sim import HIDDEN_STATE_KEYS
 from fedrec.envs.hidden import HIDDEN_INFO_KEYS
-from fedrec.envs.slates import SlateSpace, validate_slates
-from fedrec.envs.state import StateReader, generator_state
+from fedrec.envs.slates import SlateSpace, checked_slate
+from fedrec.envs.state import StateReader, generator_state, last_step_state, parse_last_step
+from fedrec.envs.vector_utils import check_render_mode
 
 Observation = dict[str, np.ndarray]
 
@@ -172,8 +173,7 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
         engagement_clip: float | None = 100.0,
         render_mode: str | None = None,
     ) -> None:
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None")
+        check_render_mode(render_mode, self.metadata)
         self.params = ChocKaleParams(
             num_candidates=num_candidates,
             slate_size=slate_size,
@@ -231,7 +231,7 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
         if self._needs_reset:
             raise RuntimeError("call reset() before step(), and again after the episode ends")
         p, rng = self.params, self.np_random
-        slate = self._checked_slate(action)
+        slate = checked_slate(action, num_candidates=p.num_candidates, slate_size=p.slate_size)
         features = self._documents[slate].tolist()
 
         slot = 0
@@ -267,10 +267,6 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
 
     def state_dict(self) -> dict[str, Any]:
         """Everything that changes while the env runs, as plain data (see :mod:`fedrec.envs.state`)."""
-        last = None
-        if self._last is not None:
-            slate, slot, reward = self._last
-            last = [int(item) for item in slate], int(slot), float(reward)
         state = {
             "np_random": generator_state(self._np_random),
             "np_random_seed": self._np_random_seed,
@@ -279,7 +275,7 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
             "documents": self._documents.copy(),
             "click_history": self._click_history.copy(),
             "engagement_history": self._engagement_history.copy(),
-            "last": last,
+            "last": last_step_state(self._last),
             "needs_reset": bool(self._needs_reset),
         }
         if self.params.heterogeneous:
@@ -312,14 +308,8 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
             if sensitivity not in p.user_sensitivities:
                 raise read.fail("sensitivity", f"must be one of {p.user_sensitivities}")
         read.finish()
+        last = parse_last_step(read, last, with_reward=True)
         if last is not None:
-            try:
-                slate, slot, reward = last
-                last = [int(item) for item in slate], int(slot), float(reward)
-            except (TypeError, ValueError) as error:
-                raise read.fail(
-                    "last", f"must be None or (slate, slot, reward): {error}"
-                ) from error
             if len(last[0]) != n or not -1 <= last[1] < n:
                 raise read.fail("last", f"does not fit slate_size={n}: {state['last']!r}")
         self._np_random, self._np_random_seed = rng, seed
@@ -331,26 +321,6 @@ class ChocKaleEnv(gym.Env[Observation, np.ndarray]):
         self._engagement_history = engagement_history
         self._last = last
         self._needs_reset = needs_reset
-
-    def _checked_slate(self, action: Any) -> list[int]:
-        """The slate as a list of ints; any fault is reported by :func:`validate_slates`."""
-        p = self.params
-        if isinstance(action, np.ndarray) and action.dtype.kind in "iu" and action.ndim == 1:
-            slate = action.tolist()
-        elif isinstance(action, list | tuple) and all(type(a) is int for a in action):
-            slate = list(action)
-        else:
-            slate = []
-        if (
-            len(slate) != p.slate_size
-            or min(slate) < 0
-            or max(slate) >= p.num_candidates
-            or len(set(slate)) != p.slate_size
-        ):
-            slate = validate_slates(
-                action, num_candidates=p.num_candidates, slate_size=p.slate_size
-            ).tolist()
-        return slate
 
     def _record(self, slot: int, engagement: float) -> None:
         clip = self.params.engagement_clip

@@ -16,8 +16,9 @@ from fedrec.envs.interest_evolution_model import (
     InterestEvolutionParams,
     InterestEvolutionSimulator,
 )
-from fedrec.envs.slates import SlateSpace, validate_slates
-from fedrec.envs.state import StateReader, generator_state
+from fedrec.envs.slates import SlateSpace, checked_slate
+from fedrec.envs.state import SimulatorEnvState
+from fedrec.envs.vector_utils import check_render_mode
 
 Observation = dict[str, np.ndarray]
 
@@ -46,7 +47,7 @@ def observation_space(params: InterestEvolutionParams) -> spaces.Dict:
     )
 
 
-class InterestEvolutionEnv(gym.Env[Observation, np.ndarray]):
+class InterestEvolutionEnv(SimulatorEnvState, gym.Env[Observation, np.ndarray]):
     r"""Interest evolution: recommend videos to a user whose interests drift with what they watch.
 
     ## Description
@@ -158,8 +159,7 @@ class InterestEvolutionEnv(gym.Env[Observation, np.ndarray]):
         alpha_y_intercept: float = 0.3,
         render_mode: str | None = None,
     ) -> None:
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None")
+        check_render_mode(render_mode, self.metadata)
         self.params = InterestEvolutionParams(
             num_candidates=num_candidates,
             slate_size=slate_size,
@@ -210,7 +210,7 @@ class InterestEvolutionEnv(gym.Env[Observation, np.ndarray]):
         if self._needs_reset:
             raise RuntimeError("call reset() before step(), and again after the episode ends")
         p, rng, sim = self.params, self.np_random, self._sim
-        slate = self._checked_slate(action)
+        slate = checked_slate(action, num_candidates=p.num_candidates, slate_size=p.slate_size)
         topics = [self._topics[i] for i in slate]
         quality = [self._quality[i] for i in slate]
         affinity = [self._interests[c] for c in topics]
@@ -261,42 +261,8 @@ class InterestEvolutionEnv(gym.Env[Observation, np.ndarray]):
         self._last = (slate, slot, reward)
         return self._observation(), reward, terminated, False, self._info(slot)
 
-    def state_dict(self) -> dict[str, Any]:
-        """Everything that changes while the env runs, as plain data (see :mod:`fedrec.envs.state`)."""
-        last = None
-        if self._last is not None:
-            slate, slot, reward = self._last
-            last = [int(item) for item in slate], int(slot), float(reward)
-        return {
-            "np_random": generator_state(self._np_random),
-            "np_random_seed": self._np_random_seed,
-            "simulator": self._sim.state_dict(),
-            "last": last,
-            "needs_reset": bool(self._needs_reset),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` into an env built with the same arguments (checked first)."""
-        read = StateReader(state, type(self).__name__)
-        rng = read.generator()
-        seed = read.seed()
-        simulator = read.dict("simulator")
-        last = read.raw("last")
-        needs_reset = read.bool("needs_reset")
-        read.finish()
-        if last is not None:
-            try:
-                slate, slot, reward = last
-                last = [int(item) for item in slate], int(slot), float(reward)
-            except (TypeError, ValueError) as error:
-                raise read.fail(
-                    "last", f"must be None or (slate, slot, reward): {error}"
-                ) from error
-        self._sim.load_state_dict(simulator)  # checks before it changes anything
+    def _simulator_loaded(self) -> None:
         self._pull()
-        self._np_random, self._np_random_seed = rng, seed
-        self._last = last
-        self._needs_reset = needs_reset
 
     def _pull(self) -> None:
         """Copy the simulator's user and candidates into the scalar path's lists."""
@@ -305,26 +271,6 @@ class InterestEvolutionEnv(gym.Env[Observation, np.ndarray]):
         self._topics = sim.topics[0].tolist()
         self._quality = sim.quality[0].tolist()
         self._budget = float(sim.budget[0])
-
-    def _checked_slate(self, action: Any) -> list[int]:
-        """The slate as a list of ints; any fault is reported by :func:`validate_slates`."""
-        p = self.params
-        if isinstance(action, np.ndarray) and action.dtype.kind in "iu" and action.ndim == 1:
-            slate = action.tolist()
-        elif isinstance(action, list | tuple) and all(type(a) is int for a in action):
-            slate = list(action)
-        else:
-            slate = []
-        if (
-            len(slate) != p.slate_size
-            or min(slate) < 0
-            or max(slate) >= p.num_candidates
-            or len(set(slate)) != p.slate_size
-        ):
-            slate = validate_slates(
-                action, num_candidates=p.num_candidates, slate_size=p.slate_size
-            ).tolist()
-        return slate
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":

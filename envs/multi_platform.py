@@ -22,6 +22,7 @@ from fedrec.envs.choc_kale_sim import HIDDEN_STATE_KEYS, ChocKaleSimulator
 from fedrec.envs.hidden import HIDDEN_INFO_KEYS
 from fedrec.envs.slates import SlateSpace, validate_slates
 from fedrec.envs.state import StateReader, generator_state
+from fedrec.envs.vector_utils import check_render_mode
 
 RewardMode = Literal["individual", "team", "sparse_team"]
 #: Steps each platform gets in the FedSlate code (a shared budget of 122 for two platforms).
@@ -384,8 +385,7 @@ class ChocKaleMultiPlatformEnv(ParallelEnv):
     }
 
     def __init__(self, *, render_mode: str | None = None, **kwargs: Any) -> None:
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None")
+        check_render_mode(render_mode, self.metadata)
         self.render_mode = render_mode
         self.batch = ChocKaleMultiPlatformBatchEnv(num_users=1, **kwargs)
         self.possible_agents = list(self.batch.possible_agents)

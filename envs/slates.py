@@ -87,6 +87,30 @@ def validate_slates(
     return batch.astype(np.int64, copy=False).reshape(expected)
 
 
+def checked_slate(action: object, *, num_candidates: int, slate_size: int) -> list[int]:
+    """One slate as a list of ints, for a single env's scalar step.
+
+    A valid integer array or list of ints takes a fast path (NumPy's per-call overhead dominates
+    a one-user step); anything else, and every fault, goes through :func:`validate_slates`.
+    """
+    if isinstance(action, np.ndarray) and action.dtype.kind in "iu" and action.ndim == 1:
+        slate = action.tolist()
+    elif isinstance(action, list | tuple) and all(type(a) is int for a in action):
+        slate = list(action)
+    else:
+        slate = []
+    if (
+        len(slate) != slate_size
+        or min(slate) < 0
+        or max(slate) >= num_candidates
+        or len(set(slate)) != slate_size
+    ):
+        slate = validate_slates(
+            action, num_candidates=num_candidates, slate_size=slate_size
+        ).tolist()
+    return slate
+
+
 def validate_scores(
     action: object,
     shape: tuple[int, ...],

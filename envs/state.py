@@ -234,6 +234,71 @@ class CoreVectorEnvState:
         self._started = started
 
 
+def last_step_state(last: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+    """A single env's last step ``(slate, slot)`` or ``(slate, slot, reward)`` as plain data."""
+    if last is None:
+        return None
+    slate, slot, *reward = last
+    return ([int(item) for item in slate], int(slot), *(float(r) for r in reward))
+
+
+def parse_last_step(
+    read: StateReader, last: Any, *, with_reward: bool, key: str = "last"
+) -> tuple[Any, ...] | None:
+    """The last step read raw from entry ``key``, checked and converted back (after
+    :meth:`StateReader.finish`): ``(slate, slot, reward)`` or, without reward, ``(slate, slot)``."""
+    if last is None:
+        return None
+    try:
+        if with_reward:
+            slate, slot, reward = last
+            return [int(item) for item in slate], int(slot), float(reward)
+        slate, slot = last
+        return [int(item) for item in slate], int(slot)
+    except (TypeError, ValueError) as error:
+        form = "(slate, slot, reward)" if with_reward else "(slate, slot)"
+        raise read.fail(key, f"must be None or {form}: {error}") from error
+
+
+class SimulatorEnvState:
+    """``state_dict`` / ``load_state_dict`` of a single env whose user lives in a one-user
+    simulator (``self._sim``): the generator and seed, the simulator's own state, the last step
+    (``self._last``, see :attr:`LAST_HAS_REWARD`) and ``needs_reset``. The cascade and
+    interest-evolution envs share it."""
+
+    #: whether ``self._last`` is ``(slate, slot, reward)`` rather than ``(slate, slot)``
+    LAST_HAS_REWARD = True
+
+    def _simulator_loaded(self) -> None:
+        """Called once the simulator's state is restored (an env may copy it out)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that changes while the env runs, as plain data (see :mod:`fedrec.envs.state`)."""
+        return {
+            "np_random": generator_state(self._np_random),
+            "np_random_seed": self._np_random_seed,
+            "simulator": self._sim.state_dict(),
+            "last": last_step_state(self._last),
+            "needs_reset": bool(self._needs_reset),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` into an env built with the same arguments (checked first)."""
+        read = StateReader(state, type(self).__name__)
+        rng = read.generator()
+        seed = read.seed()
+        simulator = read.dict("simulator")
+        last = read.raw("last")
+        needs_reset = read.bool("needs_reset")
+        read.finish()
+        last = parse_last_step(read, last, with_reward=self.LAST_HAS_REWARD)
+        self._sim.load_state_dict(simulator)  # checks before it changes anything
+        self._simulator_loaded()
+        self._np_random, self._np_random_seed = rng, seed
+        self._last = last
+        self._needs_reset = needs_reset
+
+
 # --------------------------------------------------------------------------------------------
 # Wrapper chains and SyncVectorEnv
 

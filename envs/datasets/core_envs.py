@@ -9,11 +9,13 @@ is a core with one slot. What wraps a core is the same for all of them:
 * :class:`AutoresetVectorEnv`: a native vector env's constructor tail, ``reset`` and the
   Gymnasium 1.x autoreset around each ``step`` (``NEXT_STEP``, ``SAME_STEP``, ``DISABLED`` with
   ``reset(options={"reset_mask": m})``); the env supplies how episodes start and how the active
-  slots step.
+  slots step;
+* :func:`load_logged_data`: the data set of a logged-data env from its constructor's arguments.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,12 +23,42 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from fedrec.envs.datasets.catalog import load_prepared
+from fedrec.envs.datasets.preprocess import PreparedData
 from fedrec.envs.slates import reject_finished
 from fedrec.envs.state import CoreVectorEnvState, StateReader, generator_state
-from fedrec.envs.vector_utils import parse_autoreset_mode, reset_mask, with_masks
+from fedrec.envs.vector_utils import (
+    check_render_mode,
+    parse_autoreset_mode,
+    reset_mask,
+    with_masks,
+)
 
 Observation = dict[str, np.ndarray]
 StepResult = tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
+
+
+def load_logged_data(
+    dataset: str,
+    data_dir: str | Path | None,
+    min_interactions: int,
+    split_seed: int,
+    rating_threshold: float | None,
+    num_test_negatives: int = 100,
+) -> PreparedData:
+    """The prepared data set of a logged-data env (single or vector, evaluation or interaction
+    mode), from its constructor's arguments of these names.
+
+    The four constructors list these arguments one by one (their signatures are public and
+    documented), so only this call is shared; ``num_test_negatives`` is evaluation mode's."""
+    return load_prepared(
+        dataset,
+        data_dir,
+        min_interactions=min_interactions,
+        rating_threshold=rating_threshold,
+        num_test_negatives=num_test_negatives,
+        seed=split_seed,
+    )
 
 
 class CoreEnvState:
@@ -46,8 +78,7 @@ class CoreEnvState:
 
     def _set_render_mode(self, render_mode: str | None) -> None:
         """Keep ``render_mode`` if ``metadata["render_modes"]`` lists it (or it is None)."""
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None")
+        check_render_mode(render_mode, self.metadata)
         self.render_mode = render_mode
 
     def _saved(self, name: str, kind: str) -> Any:

@@ -16,12 +16,12 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from fedrec.envs.datasets.catalog import load_prepared
 from fedrec.envs.datasets.core_envs import (
     AutoresetVectorEnv,
     CoreEnvState,
     Observation,
     StepResult,
+    load_logged_data,
 )
 from fedrec.envs.datasets.logged_features import feature_observation, feature_spaces
 from fedrec.envs.datasets.preprocess import PreparedData
@@ -220,13 +220,8 @@ class LoggedEvaluationEnv(SweepEnv, CoreEnvState, gym.Env[Observation, np.ndarra
         render_mode: str | None = None,
     ) -> None:
         self._set_render_mode(render_mode)
-        self.data = load_prepared(
-            dataset,
-            data_dir,
-            min_interactions=min_interactions,
-            rating_threshold=rating_threshold,
-            num_test_negatives=num_test_negatives,
-            seed=split_seed,
+        self.data = load_logged_data(
+            dataset, data_dir, min_interactions, split_seed, rating_threshold, num_test_negatives
         )
         self._core = _EvaluationCore(self.data, top_k, 1)
         self.observation_space = self._core.observation_space()
@@ -295,6 +290,8 @@ class LoggedEvaluationVectorEnv(AutoresetVectorEnv):
 
     metadata = {**AutoresetVectorEnv.metadata, HIDDEN_INFO_KEYS: EVALUATION_HIDDEN_KEYS}
 
+    # :class:`LoggedEvaluationEnv`'s arguments again, listed rather than taken as
+    # ``**kwargs``: the constructors' signatures are public, documented and introspected.
     def __init__(
         self,
         num_envs: int = 1,
@@ -311,13 +308,8 @@ class LoggedEvaluationVectorEnv(AutoresetVectorEnv):
         render_mode: str | None = None,
     ) -> None:
         check_vector_args(num_envs, render_mode, max_episode_steps, who=type(self).__name__)
-        self.data = load_prepared(
-            dataset,
-            data_dir,
-            min_interactions=min_interactions,
-            rating_threshold=rating_threshold,
-            num_test_negatives=num_test_negatives,
-            seed=split_seed,
+        self.data = load_logged_data(
+            dataset, data_dir, min_interactions, split_seed, rating_threshold, num_test_negatives
         )
         self._vector_setup(num_envs, autoreset_mode)
         self._core = _EvaluationCore(self.data, top_k, num_envs)

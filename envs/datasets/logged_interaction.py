@@ -15,12 +15,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from fedrec.envs.datasets.catalog import load_prepared
 from fedrec.envs.datasets.core_envs import (
     AutoresetVectorEnv,
     CoreEnvState,
     Observation,
     StepResult,
+    load_logged_data,
 )
 from fedrec.envs.datasets.logged_interaction_core import _InteractionCore
 from fedrec.envs.hidden import HIDDEN_INFO_KEYS
@@ -192,12 +192,8 @@ class LoggedInteractionEnv(_InteractionStepper, CoreEnvState, gym.Env[Observatio
         render_mode: str | None = None,
     ) -> None:
         self._set_render_mode(render_mode)
-        self.data = load_prepared(
-            dataset,
-            data_dir,
-            min_interactions=min_interactions,
-            rating_threshold=rating_threshold,
-            seed=split_seed,
+        self.data = load_logged_data(
+            dataset, data_dir, min_interactions, split_seed, rating_threshold
         )
         self.max_steps = max_steps
         self.core = _InteractionCore(
@@ -258,6 +254,8 @@ class LoggedInteractionVectorEnv(_InteractionStepper, AutoresetVectorEnv):
 
     metadata = {**AutoresetVectorEnv.metadata, HIDDEN_INFO_KEYS: INTERACTION_HIDDEN_KEYS}
 
+    # :class:`LoggedInteractionEnv`'s arguments again, listed rather than taken as
+    # ``**kwargs``: the constructors' signatures are public, documented and introspected.
     def __init__(
         self,
         num_envs: int = 1,
@@ -277,12 +275,8 @@ class LoggedInteractionVectorEnv(_InteractionStepper, AutoresetVectorEnv):
         render_mode: str | None = None,
     ) -> None:
         check_vector_args(num_envs, render_mode, max_episode_steps, who=type(self).__name__)
-        self.data = load_prepared(
-            dataset,
-            data_dir,
-            min_interactions=min_interactions,
-            rating_threshold=rating_threshold,
-            seed=split_seed,
+        self.data = load_logged_data(
+            dataset, data_dir, min_interactions, split_seed, rating_threshold
         )
         self._vector_setup(num_envs, autoreset_mode)
         self.max_steps = max_episode_steps if max_episode_steps is not None else max_steps

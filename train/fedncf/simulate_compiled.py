@@ -92,6 +92,8 @@ def _jit() -> None:
     _jitted = True
 
 
+# The kernels' argument lists repeat on purpose: Numba compiles flat array arguments (a shared
+# tuple or record of them would change the compiled code and its cache).
 def _train_client(
     c,
     dense,

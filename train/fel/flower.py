@@ -597,6 +597,9 @@ def _job(
     return job
 
 
+# run_simulation, run_deployment and run_in_process list the job's settings again and pass them
+# to _job, which checks them once: their keyword signatures are public (the CLI, tests and
+# benchmarks call them), and taking ``**settings`` instead would hide them.
 def run_simulation(
     *,
     data: str = "taobao-synthetic",

@@ -38,6 +38,9 @@ gradient flows through them; no raw document ids (state = [user, candidate featu
 engagement vectors]); linear output heads with rewards scaled by 1 / mean |reward| of the burn-in
 (the code's tanh heads saturate with per-step rewards of 10-20); the agent's choice model defaults
 to the env's true MNL (``choice_model="paper"`` is the code's misspecified softmax).
+
+What it may import: ``fedrec.envs``, ``fedrec.federation`` (the channel, the transport, the
+process supervisor) and ``fedrec.agents``; nothing above the agents layer (tests/test_layers.py).
 """
 
 from fedrec.agents.fedslate.config import (

@@ -27,6 +27,9 @@ The modules, each with one job, every one importing only those above it:
 
 Every public name is importable from the package itself, as before the split
 (``from fedrec.federation.secagg import MFSecAvg, secure_sum_plus``).
+
+What it may import: ``fedrec.federation.aggregators`` (the update types it aggregates) and
+itself; nothing above the federation layer (tests/test_layers.py).
 """
 
 from fedrec.federation.secagg.complete import (

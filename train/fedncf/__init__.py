@@ -47,6 +47,9 @@ configuration is made and the configuration records which (:mod:`.config`). "ref
   as Flower apps, their job and the apps.
 
 Every public name of these modules but :mod:`.flower` is importable from this package.
+
+What it may import: the layers below ``train`` (envs, federation, agents, eval) and
+``fedrec.train.core``; never ``fedrec.experiments`` or the command line (tests/test_layers.py).
 """
 
 from __future__ import annotations

@@ -27,6 +27,9 @@ Flower apps; not imported here, as they need Flower).
 
 This package re-exports the names of the FEL modules it replaces (``fedrec.train.fel``,
 ``fel_clusters``, ``fel_overarch``, ``fel_private``) and the leaf model's.
+
+What it may import: the layers below ``train`` (envs, federation, agents, eval) and
+``fedrec.train.core``; never ``fedrec.experiments`` or the command line (tests/test_layers.py).
 """
 
 from fedrec.agents.fel_model import (

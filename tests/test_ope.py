@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fedrec.eval import ope
+from fedrec.eval.ope import slate as ope_slate
 
 EXACT = 1e-12
 
@@ -97,9 +98,9 @@ def test_pseudoinverse_with_one_slot_is_ips() -> None:
 
 def test_uniform_gamma_closed_form_matches_enumeration() -> None:
     slates = ope.enumerate_slates(5, 3)
-    onehots = ope._indicator(slates, 5)
+    onehots = ope_slate._indicator(slates, 5)
     enumerated = onehots.T @ onehots / len(slates)
-    assert np.allclose(ope._uniform_gamma(5, 3), enumerated, atol=EXACT)
+    assert np.allclose(ope_slate._uniform_gamma(5, 3), enumerated, atol=EXACT)
 
 
 def test_plackett_luce_probabilities_sum_to_one() -> None:

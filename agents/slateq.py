@@ -504,8 +504,10 @@ class SlateQAgent(SlateAgent):
         # Only Qbar(s, i_c) enters the loss: evaluate the network on the clicked items alone.
         prediction = self.q_network(user[clicked], items[rows, clicked_item][clicked][:, None, :])
         prediction = prediction[:, 0]
-        if prediction.numel() == 0:  # RecSim: the loss is 0 without clicked transitions
-            loss = torch.zeros(())
+        if prediction.numel() == 0:
+            # RecSim: the loss is 0 without clicked transitions, and the optimiser still steps
+            # (zero gradients). The empty sum keeps the graph, so backward() gives those zeros.
+            loss = prediction.sum()
         elif c.loss == "huber":
             loss = nn.functional.smooth_l1_loss(prediction, targets[clicked])
         else:

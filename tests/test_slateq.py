@@ -265,3 +265,16 @@ def test_agent_with_memory_resumes_exactly(tmp_path):
     run(8, tmp_path / "r")
     resumed = run(12, tmp_path / "r", resume=True)
     np.testing.assert_array_equal(resumed.returns, reference.returns)
+
+
+def test_a_batch_without_clicks_steps_with_zero_loss():
+    """RecSim: the loss is 0 when no sampled transition has a click, and training goes on (this
+    raised "does not require grad" before; SARDINE's envs have such batches)."""
+    env = _env()
+    agent = SlateQAgent.from_env(env, config=SMALL, seed=0)
+    _fill(agent, env, 20)
+    agent.replay.arrays["clicked_slot"][:] = -1
+    steps = agent.gradient_steps
+    metrics = agent._gradient_step()
+    assert metrics["loss"] == 0.0
+    assert agent.gradient_steps == steps + 1

@@ -588,12 +588,14 @@ class SlateQAgent(SlateAgent):
 def clicked_slots(next_observations: Observation, slates: np.ndarray) -> np.ndarray:
     """The clicked slot of each user's last slate (-1: no click), read from its response.
 
-    The env pushes the latest response into the last row of ``response_click`` (H, n); an agent
-    without feedback (no ``response_click``) cannot learn from clicks.
+    The env pushes the latest response into the last row of ``response_click`` (H, n), or gives
+    the last slate's clicks alone, (n,) per user (fedrec/InterestEvolution-v0); an agent without
+    feedback (no ``response_click``) cannot learn from clicks.
     """
     if "response_click" not in next_observations:
         raise ValueError("SlateQ needs click feedback ('response_click' in the observation)")
-    last = np.asarray(next_observations["response_click"])[:, -1, :]
+    response = np.asarray(next_observations["response_click"])
+    last = response[:, -1, :] if response.ndim == 3 else response
     if last.shape != np.shape(slates):
         raise ValueError(f"response_click rows {last.shape} do not match slates {np.shape(slates)}")
     return np.where(last.max(axis=1) > 0, last.argmax(axis=1), -1).astype(np.int64)

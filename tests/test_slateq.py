@@ -172,6 +172,17 @@ def test_clicked_slot_is_read_from_the_latest_response():
     next_obs["response_click"][0, -1, 1] = 1.0
     next_obs["response_click"][1, 0, 0] = 1.0  # an old click, not this step's
     np.testing.assert_array_equal(clicked_slots(next_obs, np.zeros((2, 2))), [1, -1])
+    # An env that gives only the last slate's clicks, (users, n): fedrec/InterestEvolution-v0.
+    last_only = {"response_click": np.array([[0.0, 1.0], [0.0, 0.0]], np.float32)}
+    np.testing.assert_array_equal(clicked_slots(last_only, np.zeros((2, 2))), [1, -1])
+
+
+def test_slateq_trains_on_interest_evolution():
+    env = gym.make_vec("fedrec/InterestEvolution-v0", num_envs=4)
+    config = dataclasses.replace(SMALL, choice_model="learned")
+    agent = SlateQAgent.from_env(env, config=config, seed=0)
+    _fill(agent, env, 40)
+    assert agent.gradient_steps > 0
 
 
 @pytest.mark.parametrize("target", ["sarsa", "topk", "greedy", "optimal"])

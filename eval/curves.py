@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+#: The derived return series of a multi-platform run: per episode, the sum of its platforms' returns.
+JOINT_SERIES = "return/joint"
 #: The summary's file name in a run directory.
 CURVE_FILE = "curve.json.gz"
 #: The summary's ``format`` entry.

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from fedrec.eval.etror import JOINT_SERIES
+from fedrec.eval.curves import JOINT_SERIES
 
 Metric = Literal["etror", "optimal_reward", "random_mean", "mean_reward"]
 
@@ -32,6 +32,8 @@ SOURCE = "the FedSlate paper, as listed in docs/fedslate.md ('The paper's report
 
 #: The (N, n) settings the paper reports, as ``"NxN_slate"``.
 SETTINGS = ("10x3", "100x10", "500x10")
+#: ``fedrec eval --paper``'s choices: pick the setting from the runs, none, or one by name.
+PAPER_CHOICES = ("auto", "none", *SETTINGS)
 
 
 @dataclass(frozen=True)

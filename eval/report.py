@@ -18,9 +18,8 @@ from rich.console import Console
 from rich.table import Table
 
 from fedrec.eval.etror import JOINT_SERIES, Estimate, GroupSummary, RunLog, aggregate, load_run
-from fedrec.eval.paper_numbers import SETTINGS, SOURCE, paper_reference, setting_of
+from fedrec.eval.paper_numbers import SOURCE, paper_reference, setting_of
 
-PAPER_CHOICES = ("auto", "none", *SETTINGS)
 #: Decimals of returns (summed engagement, O(1000)) and of rates in [0, 1] (HR@10, NDCG@10).
 RETURN_DIGITS, RATE_DIGITS = 1, 4
 #: Printed under a table with per-platform series (docs/metrics.md, "Regret").

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedrec.eval.curves import CURVE_FILE, CurveSummary, read_curve_summary
+from fedrec.eval.curves import CURVE_FILE, JOINT_SERIES, CurveSummary, read_curve_summary
 from fedrec.eval.metrics import (
     CurveMetrics,
     Estimate,
@@ -33,8 +33,6 @@ from fedrec.eval.metrics import (
 )
 
 REQUIRED_COLUMNS = ("episode", "step", "length")
-#: The derived series of a multi-platform run: the sum of its platform returns per user-episode.
-JOINT_SERIES = "return/joint"
 #: The config keys that define an experiment; runs that differ only elsewhere (seed) are seeds.
 GROUP_KEYS = ("agent", "env_id", "env_kwargs", "agent_config", "episodes", "steps", "num_envs")
 #: The fractions of ``final_eval.json``'s ``diagnostics`` entry, per platform.

@@ -21,13 +21,15 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedrec.eval.etror import Estimate, load_run, t_interval
 from fedrec.experiments import harness
 from fedrec.experiments.harness import option
+
+if TYPE_CHECKING:  # fedrec.eval.etror loads pandas and SciPy: imported where used
+    from fedrec.eval.etror import Estimate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,6 +257,8 @@ class Row:
 
 
 def _paired(tables: Sequence[Mapping[str, np.ndarray]], a: str, b: str) -> Estimate | None:
+    from fedrec.eval.etror import t_interval
+
     """Mean of (a - b) on the same held-out episodes: per seed, then a t-interval across seeds
     (one seed: across its episodes)."""
     tables = [t for t in tables if a in t and b in t]
@@ -270,6 +274,8 @@ def leaderboard(runs: Mapping[str, Sequence[Path]]) -> list[Row]:
     policies, best final return first. References come from the runs' final evaluations (with
     any ``references.json`` added later on the same episodes): every run of a seed is evaluated
     on the same held-out episodes (checked)."""
+    from fedrec.eval.etror import load_run, t_interval
+
     references: dict[int, dict[str, np.ndarray]] = {}  # seed -> reference policy -> returns
     contenders: dict[str, list[tuple[int, np.ndarray]]] = {}  # name -> (seed, returns)
     details: dict[str, tuple[float | None, int | None]] = {}  # name -> (train s/run, episodes)
@@ -393,7 +399,7 @@ def write_leaderboard(rows: Sequence[Row], out: Path, *, title: str) -> str:
 
 def plot(runs: Mapping[str, Sequence[Path]], path: Path, *, title: str) -> Path:
     """Learning curves of the contenders (mean over seeds with a band) and the references."""
-    from fedrec.eval.etror import aggregate
+    from fedrec.eval.etror import aggregate, load_run
     from fedrec.eval.plots import plot_learning_curves
 
     groups = []

@@ -13,16 +13,16 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gymnasium as gym
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from fedrec.agents.reference import JointReferencePolicy, env_params, reference_policies
-from fedrec.eval.rollout import ReturnSummary, evaluate_joint_policy, evaluate_policy
 from fedrec.registration import CHOC_KALE_ENVIRONMENTS
+
+if TYPE_CHECKING:  # the run imports them: `fedrec --help` loads neither PyTorch nor SciPy
+    from fedrec.eval.rollout import ReturnSummary
 
 #: In table order; ``belief_planner`` exists on the envs with hidden user types only.
 POLICIES = ("random", "top_x", "bottom_x", "best_open_loop", "myopic", "belief_planner", "planner")
@@ -62,10 +62,17 @@ def _joint(name: str, policy: Any, env: Any) -> Any:
         from fedrec.agents.belief_planner import JointBeliefPlanner
 
         return JointBeliefPlanner.for_env(env)
+    from fedrec.agents.reference import JointReferencePolicy
+
     return JointReferencePolicy(policy, env.params, env.possible_agents)
 
 
 def run(args: argparse.Namespace) -> int:
+    import gymnasium as gym
+
+    from fedrec.agents.reference import env_params, reference_policies
+    from fedrec.eval.rollout import evaluate_joint_policy, evaluate_policy
+
     if args.fedslate and args.fedslate_episodes < 1:
         raise SystemExit("--fedslate-episodes must be >= 1")
     console = Console(width=None if sys.stdout.isatty() else 130)

@@ -14,24 +14,8 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from fedrec.eval.etror import find_runs
-from fedrec.eval.report import (  # noqa: F401  (the notes: also importable from here)
-    BELIEF_NOTE,
-    BOTTOM_X_NOTE,
-    DIAGNOSTICS_COLUMNS,
-    DIAGNOSTICS_NOTE,
-    JOINT_NOTE,
-    OPEN_LOOP_NOTE,
-    PAPER_CHOICES,
-    PLATFORM_REGRET_NOTE,
-    RATE_DIGITS,
-    RETURN_DIGITS,
-    TOP_X_NOTE,
-    EvalOptions,
-    check_output,
-    load_checked,
-    report,
-)
+# Only what the parser needs is imported here: `fedrec --help` does not load pandas or SciPy.
+from fedrec.eval.paper_numbers import PAPER_CHOICES
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -96,6 +80,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fedrec.eval.etror import find_runs
+    from fedrec.eval.report import EvalOptions, check_output, load_checked, report
+
     check_output("--out", args.out)
     check_output("--csv", args.csv)
     paths = find_runs(args.runs)

@@ -114,3 +114,23 @@ def test_every_printed_fedrec_command_parses() -> None:
         except SystemExit:
             wrong.append(f"{page}: {command}")
     assert not wrong, "commands the CLI refuses:\n" + "\n".join(wrong)
+
+
+def test_help_loads_no_heavy_library() -> None:
+    """`fedrec --help` builds every command's parser without PyTorch, SciPy, pandas, Ray or
+    Flower (it used to import them all and took seconds before printing anything)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from fedrec.cli import main\n"
+        "try:\n"
+        "    main(['--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = ('torch', 'scipy', 'pandas', 'ray', 'flwr')\n"
+        "print(','.join(m for m in heavy if m in sys.modules), file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stderr.strip() == ""

@@ -184,7 +184,7 @@ def test_returns_keep_one_decimal(runs: Path, capsys: pytest.CaptureFixture[str]
 def test_multi_platform_table_explains_negative_per_platform_regret(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from fedrec.cli_eval import PLATFORM_REGRET_NOTE
+    from fedrec.eval.report import PLATFORM_REGRET_NOTE
 
     rng = np.random.default_rng(3)
     columns = {f"return/platform_{p}": 1000 + 160 * rng.standard_normal(200) for p in "ab"}

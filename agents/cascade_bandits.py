@@ -95,6 +95,15 @@ class Layout:
     num_ids: int | None
     """number of distinct ``candidate_ids`` (None: candidates have no ids)"""
 
+    def item_features(self, agent: str) -> Box:
+        """The candidates' feature box, or a ``ValueError`` for an ``agent`` that needs it."""
+        if self.items is None:
+            raise ValueError(
+                f"{agent} needs item features ('candidates' or 'candidate_features'); the "
+                "env's candidates have only ids: use cascade_ucb1"
+            )
+        return self.items
+
 
 def _bounds(space: Any, key: str) -> Box:
     low = np.asarray(space.low, dtype=np.float64).reshape(-1, space.shape[-1])
@@ -409,11 +418,7 @@ class CascadeLinUCBAgent(SlateAgent):
         self, layout: Layout, *, config: CascadeLinUCBConfig | None = None, seed: int | None = None
     ) -> None:
         super().__init__(slate_size=layout.slate_size, seed=seed)
-        if layout.items is None:
-            raise ValueError(
-                "cascade_linucb needs item features ('candidates' or 'candidate_features'); the "
-                "env's candidates have only ids: use cascade_ucb1"
-            )
+        layout.item_features("cascade_linucb")
         self.config = config if config is not None else CascadeLinUCBConfig()
         self.layout = layout
         self.model = Ridge(1 + layout.items.dim * self.config.degree, self.config.ridge)

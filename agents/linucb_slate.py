@@ -94,11 +94,7 @@ class LinUCBSlateAgent(SlateAgent):
         self, layout: Layout, *, config: LinUCBSlateConfig | None = None, seed: int | None = None
     ) -> None:
         super().__init__(slate_size=layout.slate_size, seed=seed)
-        if layout.items is None:
-            raise ValueError(
-                "linucb_slate needs item features ('candidates' or 'candidate_features'); the "
-                "env's candidates have only ids: use cascade_ucb1"
-            )
+        layout.item_features("linucb_slate")
         self.config = config if config is not None else LinUCBSlateConfig()
         self.layout = layout
         user_dim = 1 + (layout.users.dim if layout.users is not None else 0)

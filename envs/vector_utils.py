@@ -4,6 +4,7 @@ and :class:`SimulatorVectorEnv`, the shell of the simulator-backed ones; also
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
 from typing import Any
 
@@ -64,7 +65,7 @@ def with_masks(
     return {**info, **{f"_{key}": mask.copy() for key in info}}
 
 
-class SimulatorVectorEnv(VectorEnv):
+class SimulatorVectorEnv(VectorEnv, abc.ABC):
     """A native batched slate env over a simulator of ``num_envs`` users, written once.
 
     The Choc-vs-Kale, cascade and interest-evolution vector envs share all but their dynamics:
@@ -132,12 +133,12 @@ class SimulatorVectorEnv(VectorEnv):
     def autoreset_mode(self) -> AutoresetMode:
         return self.metadata["autoreset_mode"]
 
+    @abc.abstractmethod
     def _advance(
         self, slates: np.ndarray, active: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Step the ``active`` users (all when None) with validated ``slates``: which users
         stepped, their rewards and their clicked slots (-1 for none)."""
-        raise NotImplementedError
 
     def _observation(self) -> dict[str, np.ndarray]:
         """The batched observation (an override may draw from ``self.np_random``)."""

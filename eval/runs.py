@@ -266,7 +266,7 @@ def _policy_entry(entry: Any, series: str, run: Path) -> PolicyEval | None:
         raise ValueError(f"{where}: malformed policy entry ({error})") from None
 
 
-def _read_json(path: Path) -> Any:
+def read_run_json(path: Path) -> Any:
     """A JSON file, or a gzipped one (``*.json.gz``, as compacted runs keep them)."""
     try:
         if path.suffix == ".gz":
@@ -320,7 +320,7 @@ def load_run(path: str | Path) -> RunLog:
     for required in (config_path, *(() if compacted else (csv_path,))):
         if not required.is_file():
             raise FileNotFoundError(f"{required} is missing: {path} is not a training run")
-    config = _read_json(config_path)
+    config = read_run_json(config_path)
     if not isinstance(config, dict):
         raise ValueError(f"{config_path}: expected a JSON object")
     missing = [key for key in ("agent", "env_id") if key not in config]
@@ -330,7 +330,7 @@ def load_run(path: str | Path) -> RunLog:
     curves = read_curve_summary(summary_path) if compacted else None
     final = None
     if final_path.is_file():
-        final = _read_json(final_path)
+        final = read_run_json(final_path)
         if not isinstance(final, dict) or not isinstance(final.get("policies"), dict):
             raise ValueError(f"{final_path}: expected an object with a 'policies' object")
         for name, entry in final["policies"].items():
@@ -350,7 +350,7 @@ def _with_added_references(final: dict[str, Any], path: Path) -> dict[str, Any]:
     seed and episode count, and no policy the run already recorded."""
     if not path.is_file():
         return final
-    added = _read_json(path)
+    added = read_run_json(path)
     if not isinstance(added, dict) or not isinstance(added.get("policies"), dict):
         raise ValueError(f"{path}: expected an object with a 'policies' object")
     for key in ("seed", "episodes"):

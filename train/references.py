@@ -11,7 +11,6 @@ differ from the run's own record, so every comparison stays paired.
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -102,7 +101,9 @@ def complete_references(run_dir: str | Path) -> Path | None:
     """Evaluate the added reference policies (:data:`ADDED_REFERENCES`) that ``run_dir``'s final
     evaluation lacks on its held-out episodes and write them to ``references.json``; returns that
     file, or None when there is nothing to add (no final evaluation, or not Choc-vs-Kale)."""
+    from fedrec.eval.curves import gzip_bytes
     from fedrec.eval.etror import load_run, run_file
+    from fedrec.eval.runs import read_run_json
 
     run = load_run(run_dir)  # validates the run, and any references.json already there
     if run.final_eval is None:
@@ -124,23 +125,15 @@ def complete_references(run_dir: str | Path) -> Path | None:
     if not added:
         return path if path.exists() else None
     if path.exists():  # an earlier completion: keep what it added
-        earlier = json.loads(_read_text(path))["policies"]
-        added = {**earlier, **added}
-    if path.suffix == ".gz":  # keep a compacted run compact: replace the file, same format
-        record = {"seed": seed, "episodes": episodes, "policies": added}
+        added = {**read_run_json(path)["policies"], **added}
+    record = {"seed": seed, "episodes": episodes, "policies": added}
+    if path.suffix == ".gz":  # keep a compacted run compact: the same file, gzipped
         text = json.dumps(record, indent=2, sort_keys=True) + "\n"  # as write_json writes it
-        atomic_write(
-            path, lambda f: f.write(gzip.compress(text.encode(), compresslevel=9, mtime=0))
-        )
+        atomic_write(path, lambda f: f.write(gzip_bytes(text.encode())))
     else:
-        write_json(path, {"seed": seed, "episodes": episodes, "policies": added})
+        write_json(path, record)
     load_run(run_dir)  # the merged evaluation parses and names no policy twice
     return path
-
-
-def _read_text(path: Path) -> str:
-    data = path.read_bytes()
-    return (gzip.decompress(data) if path.suffix == ".gz" else data).decode("utf-8")
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -15,6 +15,7 @@ is a core with one slot. What wraps a core is the same for all of them:
 
 from __future__ import annotations
 
+import abc
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +120,7 @@ class CoreEnvState:
         return {key: value[0] for key, value in self._state_core().observation().items()}
 
 
-class AutoresetVectorEnv(CoreVectorEnvState, VectorEnv):
+class AutoresetVectorEnv(CoreVectorEnvState, VectorEnv, abc.ABC):
     """A native vector env over a core: constructor tail, ``reset`` and autoreset around ``step``.
 
     A subclass's constructor checks its arguments (``check_vector_args``), loads its data, calls
@@ -163,13 +164,13 @@ class AutoresetVectorEnv(CoreVectorEnvState, VectorEnv):
         """Autoreset the ``mask`` slots (``SAME_STEP``): the next users of the sweep."""
         self._state_core().assign(mask)
 
+    @abc.abstractmethod
     def _step_active(
         self, actions: np.ndarray, active: np.ndarray, resetting: np.ndarray | None
     ) -> StepResult:
         """Validate ``actions`` (ignoring the ``resetting`` rows), restart the ``resetting`` slots
         (``NEXT_STEP``) and step the ``active`` ones: rewards, terminated, truncated and the info
         (without Gymnasium's ``_key`` masks)."""
-        raise NotImplementedError
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None

@@ -25,9 +25,14 @@ puts probability where the logger puts none (when the full distributions are giv
 :class:`ValueError` that names the field and the first bad row. No estimator returns NaN silently:
 an estimator that cannot be computed (e.g. every self-normalisation weight is 0) raises too.
 
-What each estimator assumes and where it fails is in ``docs/ope.md``. Modules: ``core``
-(:class:`Estimate`, input checks), ``bandit``, ``slate``, ``sequential``; every name is
-importable from ``fedrec.eval.ope``.
+* :func:`replay` -- Li et al.'s replay evaluator (WSDM 2011) on uniformly logged slates
+  (:class:`LoggedSlates` with uniform propensities), whole-slate or per-position matching.
+
+What each estimator assumes and where it fails is in ``docs/ope.md`` (replay and cross-platform
+estimation: ``docs/ope_platforms.md``). Modules: ``core`` (:class:`Estimate`, input checks),
+``bandit``, ``slate``, ``sequential``, ``replay``; every name is importable from
+``fedrec.eval.ope``. ``fedrec.eval.ope.cross_platform`` (imported on its own: it runs the
+two-platform env) estimates a policy's value on a platform without feedback.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from fedrec.eval.ope.bandit import (
     switch_doubly_robust,
 )
 from fedrec.eval.ope.core import MAX_ENUMERATED_SLATES, Estimate
+from fedrec.eval.ope.replay import ReplayEstimate, replay
 from fedrec.eval.ope.sequential import (
     LoggedEpisodes,
     marginalized_is,
@@ -66,6 +72,7 @@ __all__ = [
     "LoggedBandit",
     "LoggedEpisodes",
     "LoggedSlates",
+    "ReplayEstimate",
     "cascade_doubly_robust",
     "direct_method",
     "doubly_robust",
@@ -76,6 +83,7 @@ __all__ = [
     "per_decision_is",
     "plackett_luce_slate_probabilities",
     "pseudoinverse",
+    "replay",
     "reward_interaction_ips",
     "self_normalized_doubly_robust",
     "slate_ips",

@@ -10,7 +10,7 @@ export OMP_NUM_THREADS ?= 1
 export OMP_WAIT_POLICY ?= PASSIVE
 export MKL_NUM_THREADS ?= 1
 
-.PHONY: demo test lint bench install clean
+.PHONY: demo test lint bench docs install clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,5 +32,10 @@ test: lint
 bench: $(STAMP)
 	$(BIN)/fedrec bench envs
 
+# The API reference and the guides as a website, offline, into docs/_build/html (open index.html).
+# Warnings are errors, as in tests/test_sphinx_docs.py.
+docs: $(STAMP)
+	$(BIN)/python -m sphinx -b html -W --keep-going -q docs docs/_build/html
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache docs/_build

@@ -37,7 +37,9 @@ Keep each party in its own object with no reference to the others, as
 To be built by name (``fedrec train path.py:Class --env fedrec/ChocKaleMultiPlatform-v0``,
 ``fedrec bench fedslate --methods path.py:Class``), a class defines a ``Config`` dataclass (one
 field per hyperparameter, ``help`` in the field metadata); ``from_env(env, *, config, seed)``
-builds it from the batched multi-platform env.
+builds it from the batched multi-platform env. A class that needs something of the env (e.g.
+one candidate catalogue shared by every platform) declares it in ``REQUIRES``, checked before
+training or evaluation starts.
 """
 
 from __future__ import annotations
@@ -75,6 +77,11 @@ class MultiPlatformAgent(abc.ABC):
     #: True only for reference policies that read the users' hidden state; a learning method
     #: never gets it, in training or in evaluation.
     oracle: ClassVar[bool] = False
+    #: What the method needs of the env, as ``{env attribute: value}``, e.g.
+    #: ``{"shared_catalogue": True}`` for a method that relays one platform's candidate scores
+    #: to another (it assumes both show the same candidates). Training and evaluation check it
+    #: before they start (:func:`check_requirements`) and refuse another env in one line.
+    REQUIRES: ClassVar[Mapping[str, Any]] = {}
 
     def __init__(
         self,
@@ -185,6 +192,28 @@ class MultiPlatformAgent(abc.ABC):
         self.rng.bit_generator.state = state["rng"]
         if self.channel is not None:
             self.channel.load_state_dict(state["channel"])
+
+
+def check_requirements(agent: Any, env: Any) -> None:
+    """Refuse ``env`` when it does not have what the agent's class declares in ``REQUIRES``
+    (one ``ValueError`` naming the method, the attribute, the value it needs and the option
+    that sets it); an env attribute the env does not have counts as not met."""
+    cls = agent if isinstance(agent, type) else type(agent)
+    requires = getattr(cls, "REQUIRES", None) or {}
+    unmet = []
+    for key, needed in requires.items():
+        actual = getattr(getattr(env, "unwrapped", env), key, _ABSENT)
+        if actual is _ABSENT or actual != needed:
+            shown = "not set" if actual is _ABSENT else repr(actual)
+            unmet.append(f"{key}={needed!r} (this env: {shown}; --env-kwarg {key}={needed})")
+    if unmet:
+        raise ValueError(
+            f"{cls.__name__} requires an env with {', '.join(unmet)}: without it the method's "
+            "assumptions do not hold and its results are meaningless"
+        )
+
+
+_ABSENT = object()
 
 
 def episode_length_of(env: Any) -> int:

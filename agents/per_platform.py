@@ -60,6 +60,15 @@ class PerPlatformConfig:
         default="random",
         metadata={"help": "what a platform without feedback serves (it cannot learn)"},
     )
+    from_run: str = dataclasses.field(
+        default="",
+        metadata={
+            "help": "a single-platform run directory (fedrec train AGENT --env "
+            "fedrec/ChocKaleSlate-v0 --out RUN): every feedback platform's copy is that run's "
+            "agent with its trained weights (agent and agent_options then come from the run; "
+            "empty: fresh copies)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.silent not in SILENT_POLICIES:
@@ -124,14 +133,22 @@ class PerPlatformAgent(MultiPlatformAgent):
         self.episode_length = int(episode_length or params.time_budget // len(self.names))
         if self.episode_length < 1:
             raise ValueError(f"episode_length must be >= 1, got {self.episode_length}")
-        learner_cls = resolve_agent(self.config.agent)
+        #: the run whose trained weights the copies start from, until they are loaded
+        #: (:meth:`start_from`, called by the training loop: fedrec.train loads checkpoints)
+        self.pending_run: str | None = None
+        if self.config.from_run:
+            learner_name, learner_cls, learner_config = _run_learner(self.config)
+            self.pending_run = self.config.from_run
+        else:
+            learner_name = self.config.agent
+            learner_cls = resolve_agent(learner_name)
+            learner_config = make_config(learner_cls, self.config.options())
         if learner_cls.oracle:
             raise ValueError(
-                f"{self.config.agent} reads the user's hidden state (an oracle); a per-platform "
+                f"{learner_name} reads the user's hidden state (an oracle); a per-platform "
                 "agent learns from what its platform observes"
             )
         silent_cls = resolve_agent(self.config.silent)
-        learner_config = make_config(learner_cls, self.config.options())
         seeds = self.rng.integers(2**31, size=len(self.names))
         self.agents: dict[str, SlateAgent] = {}
         for name, agent_seed in zip(self.names, seeds, strict=True):
@@ -142,6 +159,8 @@ class PerPlatformAgent(MultiPlatformAgent):
                 num_users=num_users,
             )
             if self.feedback[name]:
+                if self.pending_run is not None:
+                    _check_spaces(self.pending_run, view)
                 agent = learner_cls.from_env(view, config=learner_config, seed=int(agent_seed))
             else:
                 agent = silent_cls.from_env(view, seed=int(agent_seed))
@@ -168,7 +187,26 @@ class PerPlatformAgent(MultiPlatformAgent):
         for agent in self.agents.values():
             agent.begin_episodes(np.ones(users, dtype=bool))
 
+    def start_from(self, state: Mapping[str, Any]) -> None:
+        """Load a trained single-platform agent's ``state_dict()`` (the ``from_run`` run's) into
+        every feedback platform's copy."""
+        for name in self.feedback_platforms:
+            try:
+                self.agents[name].load_state_dict(state)
+            except (KeyError, IndexError, RuntimeError, ValueError) as error:
+                raise ValueError(
+                    f"from_run {self.config.from_run}: its weights do not fit {name}'s copy "
+                    f"({type(error).__name__}: {error})"
+                ) from error
+        self.pending_run = None
+
     def _slates(self, observations: Observations, *, explore: bool) -> Slates:
+        if self.pending_run is not None:
+            raise ValueError(
+                f"from_run {self.pending_run}: the trained weights were not loaded; build the "
+                "agent through fedrec train / fedrec.train.train_multi_platform (or call "
+                "fedrec.train.trained.prepare_multi_platform_agent(agent, env))"
+            )
         users = len(observations[self.names[0]]["candidates"])
         if self.t == 0:  # an episode starts for every user (episodes are synchronised)
             if users != self.begun:  # not yet told by end_episode (evaluation, the first one)
@@ -241,3 +279,77 @@ class PerPlatformAgent(MultiPlatformAgent):
         self.t, self.users, self.begun = int(state["t"]), int(state["users"]), int(state["begun"])
         for name, agent in self.agents.items():
             agent.load_state_dict(state["agents"][name])
+        self.pending_run = None  # a saved per-platform state holds the copies' weights
+
+
+def _run_learner(config: PerPlatformConfig) -> tuple[str, type[SlateAgent], Any]:
+    """The agent of the single-platform run ``config.from_run``: its name, class and Config as
+    saved in its ``config.json`` (read as JSON; its weights are loaded by the training loop)."""
+    import json
+    from pathlib import Path
+
+    from fedrec.agents.registry import config_from_json, resolve_agent
+    from fedrec.registration import is_multi_platform
+
+    path = Path(config.from_run) / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"from_run: {config.from_run} is not a run directory (no config.json)"
+        )
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"from_run: {path} is not valid JSON ({error})") from error
+    if not isinstance(saved, dict) or not isinstance(saved.get("agent"), str):
+        raise ValueError(f"from_run: {path} names no agent (not a fedrec training run?)")
+    if is_multi_platform(str(saved.get("env_id"))):
+        raise ValueError(
+            f"from_run: {config.from_run} is a multi-platform run; per_platform starts from a "
+            "single-platform one (fedrec train AGENT --env fedrec/ChocKaleSlate-v0)"
+        )
+    name = saved["agent"]
+    if ".py:" in name and config.agent != name:
+        raise ValueError(
+            f"from_run: {config.from_run} was trained with the agent file {name}: a run "
+            f"directory's files never choose code to run, so name it yourself (agent={name})"
+        )
+    default_agent = PerPlatformConfig.agent
+    if config.agent_options or config.agent not in (default_agent, name):
+        raise ValueError(
+            f"from_run: the agent and its hyperparameters come from {config.from_run} ({name}); "
+            "leave out agent and agent_options"
+        )
+    try:
+        cls = resolve_agent(name)
+    except ImportError as error:
+        raise ValueError(f"from_run: cannot import its agent {name!r} ({error})") from error
+    agent_config = saved.get("agent_config") or {}
+    if not isinstance(agent_config, dict):
+        raise ValueError(f"from_run: {path}: agent_config is not an object")
+    return name, cls, config_from_json(cls, agent_config)
+
+
+def _check_spaces(run: str, view: PlatformView) -> None:
+    """Refuse a run whose env's observation or slate space differs from the platform's."""
+    import json
+    from pathlib import Path
+
+    import gymnasium as gym
+
+    saved = json.loads((Path(run) / "config.json").read_text(encoding="utf-8"))
+    env_id, kwargs = str(saved.get("env_id")), saved.get("env_kwargs") or {}
+    try:
+        env = gym.make(env_id, **kwargs)
+    except (gym.error.Error, TypeError) as error:
+        raise ValueError(f"from_run: cannot build its env {env_id!r} ({error})") from error
+    try:
+        theirs = (env.observation_space, env.action_space)
+    finally:
+        env.close()
+    ours = (view.single_observation_space, view.single_action_space)
+    for what, a, b in zip(("observation", "slate"), theirs, ours, strict=True):
+        if a != b:
+            raise ValueError(
+                f"from_run: {run} was trained on {env_id} whose {what} space {a} differs from "
+                f"this platform's {b} (train it on an env of the same candidates and slate size)"
+            )

@@ -6,16 +6,18 @@ There are two kinds of agent, with one table of built-in names each: single-plat
 multi-platform env). A built-in name may stand for a class with preset hyperparameters (the
 labelled FedSlate variants). An agent class usable by name has a ``Config`` dataclass and a
 ``from_env(env, *, config, seed)`` class method; a class written in a researcher's own file is
-found by its path exactly as a built-in is found by its name, without installing anything.
+found by its path exactly as a built-in is found by its name, without installing anything; the
+file may import the modules beside it (its folder is on ``sys.path`` while it is imported).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,13 @@ AGENTS: dict[str, str] = {
     # Policy gradient and actor-critic (docs/agents.md, "Policy gradient and actor-critic").
     "reinforce_topk": "fedrec.agents.reinforce_topk:ReinforceTopKAgent",
     "sac_topk": "fedrec.agents.sac_topk:SACTopKAgent",
+}
+
+#: Built-in offline agents (trained from a logged dataset: ``fedrec train NAME --dataset PATH``,
+#: :mod:`fedrec.train.offline`; docs/offline.md) -> ``module:Class``.
+OFFLINE_AGENTS: dict[str, str] = {
+    "bc": "fedrec.agents.offline_bc:BehaviourCloningAgent",
+    "cql_slateq": "fedrec.agents.offline_cql:CQLSlateQAgent",
 }
 
 _FEDSLATE = "fedrec.agents.fedslate:FedSlateAgent"
@@ -198,9 +207,30 @@ def _load_module(target: str) -> Any:
             raise ValueError(f"cannot import agent file {path}")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # dataclasses and pickling look the module up by name
-        spec.loader.exec_module(module)
+        try:
+            with _sibling_imports(path):
+                spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(name, None)  # a failed import leaves no half-built module behind
+            raise
         return module
     return importlib.import_module(target)
+
+
+@contextlib.contextmanager
+def _sibling_imports(path: Path) -> Iterator[None]:
+    """While an agent file is executed, its folder is first on ``sys.path``, so the file may
+    import the modules beside it (``from my_helpers import Net``), as ``python my_agent.py``
+    would; the folder is removed afterwards (the modules imported stay in ``sys.modules``)."""
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        try:
+            sys.path.remove(folder)  # the first occurrence: the one inserted above
+        except ValueError:  # the file removed it itself
+            pass
 
 
 def _load_class(target: str) -> type:
@@ -221,9 +251,9 @@ def _multi_platform_base() -> type:
 def resolve_agent(name: str) -> type[SlateAgent]:
     """The single-platform agent class for a built-in name, ``package.module:Class`` or
     ``path/file.py:Class``."""
-    target = AGENTS.get(name, name)
+    target = AGENTS.get(name) or OFFLINE_AGENTS.get(name, name)
     if ":" not in target:
-        known = ", ".join(sorted(AGENTS))
+        known = ", ".join(sorted({**AGENTS, **OFFLINE_AGENTS}))
         raise ValueError(
             f"unknown agent {name!r}: use one of {known}, or module:Class / path/to/file.py:Class"
         )
@@ -268,7 +298,7 @@ def build_multi_platform_agent(name: str, env: Any, *, seed: int = 0, **override
 
 def is_multi_platform_agent(name: str) -> bool:
     """True for a multi-platform built-in name or class (a name in both tables: False)."""
-    if name in AGENTS:
+    if name in AGENTS or name in OFFLINE_AGENTS:
         return False
     if name in MULTI_PLATFORM_AGENTS:
         return True

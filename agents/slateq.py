@@ -261,6 +261,19 @@ def split_features(observations: Observation) -> tuple[np.ndarray, np.ndarray]:
     return user, items
 
 
+@dataclasses.dataclass(frozen=True)
+class _Batch:
+    """A sampled batch of transitions as the tensors a gradient step needs."""
+
+    next_obs: Observation
+    user: torch.Tensor
+    items: torch.Tensor
+    next_user: torch.Tensor
+    next_items: torch.Tensor
+    slates: torch.Tensor
+    clicked_slot: torch.Tensor
+
+
 class SlateQAgent(SlateAgent):
     """SlateQ with a shared item Q network, replay, a target network and epsilon-greedy slates.
 
@@ -482,44 +495,65 @@ class SlateQAgent(SlateAgent):
     def _gradient_step(self) -> dict[str, float]:
         c = self.config
         sample = self.replay.sample(self.rng, c.batch_size, need_next_slate=c.target == "sarsa")
+        batch = self._batch(sample)
+        metrics = self._fit_choice(batch)
+        targets = self._td_targets(sample, batch.next_obs, batch.next_user, batch.next_items)
+        clicked = batch.clicked_slot >= 0
+        rows = torch.arange(len(batch.slates))
+        clicked_item = batch.slates[rows, batch.clicked_slot.clamp(min=0)]
+        # Only Qbar(s, i_c) enters the loss: evaluate the network on the clicked items alone.
+        prediction = self.q_network(
+            batch.user[clicked], batch.items[rows, clicked_item][clicked][:, None, :]
+        )[:, 0]
+        loss = self._td_loss(prediction, targets[clicked])
+        self._optimise(loss)
+        metrics.update(loss=loss.item(), epsilon=self.epsilon)
+        return metrics
+
+    def _batch(self, sample: Mapping[str, np.ndarray]) -> _Batch:
+        """A sampled batch (the replay's, or a logged dataset's for offline SlateQ) as tensors."""
         obs = {k[4:]: v for k, v in sample.items() if k.startswith("obs/")}
         next_obs = {k[9:]: v for k, v in sample.items() if k.startswith("next_obs/")}
         user, items = self._tensors(obs)
         next_user, next_items = self._tensors(next_obs)
-        slates = torch.from_numpy(sample["slate"])
-        clicked_slot = torch.from_numpy(sample["clicked_slot"])
-        metrics: dict[str, float] = {}
+        return _Batch(
+            next_obs=next_obs,
+            user=user,
+            items=items,
+            next_user=next_user,
+            next_items=next_items,
+            slates=torch.from_numpy(sample["slate"]),
+            clicked_slot=torch.from_numpy(sample["clicked_slot"]),
+        )
 
-        if self.choice_optimizer is not None:  # fit the MNL choice model on the same batch
-            choice_loss = self.choice.loss(user, items, slates, clicked_slot)
-            self.choice_optimizer.zero_grad()
-            choice_loss.backward()
-            self.choice_optimizer.step()
-            metrics["choice_loss"] = float(choice_loss)
+    def _fit_choice(self, batch: _Batch) -> dict[str, float]:
+        """One step of the learned MNL choice model on the batch (nothing with the true model)."""
+        if self.choice_optimizer is None:
+            return {}
+        choice_loss = self.choice.loss(batch.user, batch.items, batch.slates, batch.clicked_slot)
+        self.choice_optimizer.zero_grad()
+        choice_loss.backward()
+        self.choice_optimizer.step()
+        return {"choice_loss": choice_loss.item()}
 
-        targets = self._td_targets(sample, next_obs, next_user, next_items)
-        clicked = clicked_slot >= 0
-        rows = torch.arange(len(slates))
-        clicked_item = slates[rows, clicked_slot.clamp(min=0)]
-        # Only Qbar(s, i_c) enters the loss: evaluate the network on the clicked items alone.
-        prediction = self.q_network(user[clicked], items[rows, clicked_item][clicked][:, None, :])
-        prediction = prediction[:, 0]
+    def _td_loss(self, prediction: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The TD loss of Qbar(s, i_c) on the clicked transitions (Huber or squared error)."""
         if prediction.numel() == 0:
             # RecSim: the loss is 0 without clicked transitions, and the optimiser still steps
             # (zero gradients). The empty sum keeps the graph, so backward() gives those zeros.
-            loss = prediction.sum()
-        elif c.loss == "huber":
-            loss = nn.functional.smooth_l1_loss(prediction, targets[clicked])
-        else:
-            loss = nn.functional.mse_loss(prediction, targets[clicked])
+            return prediction.sum()
+        if self.config.loss == "huber":
+            return nn.functional.smooth_l1_loss(prediction, targets)
+        return nn.functional.mse_loss(prediction, targets)
+
+    def _optimise(self, loss: torch.Tensor) -> None:
+        """One optimiser step on ``loss``; the target network follows every interval."""
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
         self.gradient_steps += 1
-        if self.gradient_steps % c.target_update_interval == 0:
+        if self.gradient_steps % self.config.target_update_interval == 0:
             self.target_network.load_state_dict(self.q_network.state_dict())
-        metrics.update(loss=loss.item(), epsilon=self.epsilon)
-        return metrics
 
     @torch.no_grad()
     def _td_targets(

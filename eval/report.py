@@ -19,6 +19,7 @@ from rich.table import Table
 
 from fedrec.eval.etror import JOINT_SERIES, Estimate, GroupSummary, RunLog, aggregate, load_run
 from fedrec.eval.paper_numbers import SOURCE, paper_reference, setting_of
+from fedrec.eval.tables import TextTable, View, current_view, short_labels, show
 
 #: Decimals of returns (summed engagement, O(1000)) and of rates in [0, 1] (HR@10, NDCG@10).
 RETURN_DIGITS, RATE_DIGITS = 1, 4
@@ -178,9 +179,13 @@ def report(
     csv_path: Path | None = None,
     plot: bool = True,
     out: Path | None = None,
+    view: View | None = None,
 ) -> None:
-    """Print the table of ``runs`` (with notes and diagnostics), write it to ``csv_path`` and,
-    with ``plot``, the learning curves to ``out`` (default: beside the first run)."""
+    """Print the table of ``runs`` (with notes and diagnostics) in ``view`` (default
+    :func:`~fedrec.eval.tables.current_view`: compact within 100 characters, ``--wide`` the full
+    table, ``--csv`` CSV), write it to ``csv_path`` and, with ``plot``, the learning curves to
+    ``out`` (default: beside the first run)."""
+    view = view or current_view()
     groups = aggregate(
         runs,
         log_every=options.log_every,
@@ -255,7 +260,6 @@ def report(
             cells += [paper.get(m, "–") for m in ("etror", "optimal_reward", "random_mean")]
         table.add_row(*cells)
         cell_rows.append(cells)
-    console.print(table)
     if csv_path is not None:
         _write_csv(csv_path, columns, cell_rows)
     notes = [
@@ -299,13 +303,95 @@ def report(
         if s.per_run and all(math.isnan(c.optimal_reward) for c in s.per_run)
     ]
     notes += [f"no curve: {text}" for text in short]
-    for note in notes:
-        console.print(note, highlight=False)
-    if any(group.diagnostics for group in groups):
-        _print_diagnostics(console, groups, csv_path)
+    diagnostics = any(group.diagnostics for group in groups)
+
+    def wide() -> None:
+        console.print(table)
+        for note in notes:
+            console.print(note, highlight=False)
+        if diagnostics:
+            _print_diagnostics(console, groups, None)
+
+    tables = [_compact_table(table.title, columns, cell_rows, notes)]
+    if diagnostics:
+        tables.append(_diagnostics_table(groups))
+        if csv_path is not None:
+            _write_csv(_diagnostics_csv(csv_path), DIAGNOSTICS_COLUMNS, tables[-1].rows)
+    show(tables, view, wide=wide)
     if plot:
         from fedrec.eval.plots import plot_learning_curves
 
         out = out or Path(runs[0].path).resolve().parent / "learning_curves.png"
         written = plot_learning_curves(groups, out, window=options.window)
-        console.print(f"learning curves: {written}", highlight=False, soft_wrap=True)
+        view.log(f"learning curves: {written}")
+
+
+#: The compact view's columns (full name -> short header) and the legend of the short headers.
+COMPACT_COLUMNS = {
+    "group": "group",
+    "series": "series",
+    "seeds": "seeds",
+    "ETROR": "ETROR",
+    "final greedy eval": "final",
+    "regret": "regret",
+    "vs random": "vs rand",
+    "vs top-x": "vs top-x",
+    "vs open-loop": "vs open",
+    "paper ETROR": "ppr ETROR",
+}
+COMPACT_LEGEND = {
+    "ETROR": "episodes to reach the optimal reward",
+    "final": "final greedy eval",
+    "regret": "planner - agent",
+    "vs rand": "agent - random",
+    "vs top-x": "agent - top-x",
+    "vs open": "agent - best open-loop",
+    "ppr ETROR": "the paper's ETROR",
+}
+
+
+def _compact_table(
+    title: str, columns: list[str], rows: list[list[str]], notes: list[str]
+) -> TextTable:
+    """The report's table: every column for ``--wide`` / ``--csv``, the essential ones with short
+    group labels (the words all groups share named once) in the compact view."""
+    labels, named, common = short_labels([row[0] for row in rows])
+    legend = {"group": f"the agent (every group: {common})"} if common else {}
+    series = [row[1] for row in rows]
+    if any(s.startswith("return/") for s in series):
+        series = [s.removeprefix("return/") for s in series]
+        legend["series"] = "return/SERIES"
+    legend = {**legend, **COMPACT_LEGEND, **named}
+    return TextTable(
+        title=title,
+        columns=columns,
+        rows=rows,
+        compact=COMPACT_COLUMNS,
+        legend=legend,
+        notes=notes,
+        text_columns=("group", "series"),
+        short_cells={"group": labels, "series": series},
+    )
+
+
+def _diagnostics_table(groups: list[GroupSummary]) -> TextTable:
+    rows = []
+    for group in groups:
+        for platform, d in group.diagnostics.items():
+            fractions = [
+                x.format() if x is not None else "–" for x in (d.saturated, d.top_x_slates)
+            ]
+            rows.append([group.label, platform, str(d.seeds), *fractions])
+    labels, legend, common = short_labels([row[0] for row in rows])
+    if common:
+        legend = {"group": f"the agent (every group: {common})", **legend}
+    return TextTable(
+        title="Greedy-slate diagnostics (final evaluation)",
+        columns=list(DIAGNOSTICS_COLUMNS),
+        rows=rows,
+        legend=legend,
+        notes=[DIAGNOSTICS_NOTE],
+        key="diagnostics",
+        text_columns=("group", "platform"),
+        short_cells={"group": labels},
+    )

@@ -63,6 +63,7 @@ class Relay:
 
 class ScoreRelay(MultiPlatformAgent):
     Config = ScoreRelayConfig
+    REQUIRES = {"shared_catalogue": True}  # checked before training: B must see A's candidates
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)

@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import dataclasses
 import io
+import itertools
 import json
 import os
 import platform
@@ -553,7 +554,9 @@ def run(args: argparse.Namespace) -> int:
     output = harness.config_from_args(EnvsRun, args)
     if output.json:
         check_json_out(Path(output.json), config)
-    console = Console()
+    from fedrec.eval.tables import current_view, tables_from_rich
+
+    console = Console(stderr=current_view().csv_to_stdout)
     recsim_available = config.include_recsim and _load_recsim()[0] is not None
     total = count_measurements(config, recsim_available)
     with (
@@ -577,7 +580,12 @@ def run(args: argparse.Namespace) -> int:
         result = run_benchmark(config, progress=advance)
         if output.pin_cpu is not None:
             result.threads += f"; pinned to CPU {output.pin_cpu}"
-    render(result, console)
+    tables = tables_from_rich(lambda collector: render(result, collector))
+    for table, key in zip(tables, ("throughput", "targets"), strict=False):
+        table.key = key
+    for previous, row in itertools.pairwise(tables[0].rows if tables else []):
+        row[:2] = [cell or above for cell, above in zip(row[:2], previous[:2], strict=True)]
+    harness.show_tables(tables, wide=lambda: render(result, console))
     if output.json:
         with open(output.json, "w", encoding="utf-8") as handle:
             json.dump(result.to_json(), handle, indent=2)

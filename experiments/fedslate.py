@@ -5,12 +5,16 @@ For a setting (the paper's (N, n) = 10x3, 100x10, 500x10; ``sparse``: the sparse
 ``5platforms``: five platforms, all with feedback and with two without; ``longterm``: 100x10 with
 the long-term dynamics of ``fedrec/ChocKaleLongTerm-v0``, where planning matters; ``user-types``:
 ``fedrec/ChocKaleMultiPlatformUserTypes-v0``, hidden user types, where no open-loop plan fits
-every user) it trains every
-method for ``--seeds`` seeds with :func:`fedrec.train.multi_platform.train_multi_platform`, saves
-the run directories under ``--out``, prints each run's wall time, then prints the per-platform
-table of ``fedrec eval`` (ETROR, optimal reward, plateau, final greedy evaluation, planner,
-random, with 95% CIs across seeds, beside the paper's numbers), writes it to ``table.csv`` and
-writes the learning curves (both beside the runs, for the runs of this call).
+every user) it trains every method for ``--seeds`` seeds with
+:func:`fedrec.train.multi_platform.train_multi_platform`, saves the run directories under
+``--out``, prints each run's wall time (to stderr with a bare ``--csv``, so that stdout is pure
+CSV), then prints the per-platform table of ``fedrec eval`` (ETROR, optimal reward, plateau,
+final greedy evaluation, planner, random, with 95% CIs across seeds, beside the paper's
+numbers), writes it to ``table.csv`` and writes the learning curves (both beside the runs, for
+the runs of this call). Duration: a 5,000-episode FedSlate run at (100, 10) takes about 8.6 min
+per method and seed on a free core (SlateQ 2.3 min; FedSlate at 10x3 6.3 min, at 500x10 14 min,
+with 5platforms 24 min; docs/fedslate.md, "Speed"), so the default 100x10 setting (6 methods, 3
+seeds) takes well over an hour, and --setting 10x3 --episodes 200 --seeds 1 a few minutes.
 
 FedSlate(exp) needs feedback on every platform, so its runs use an env where every platform has
 feedback (its platform-B numbers are then not comparable with a no-feedback platform B; the
@@ -134,14 +138,16 @@ def run_dirs(
     progress: bool = True,
     agent_kwargs: dict[str, Any] | None = None,
     env_overrides: dict[str, Any] | None = None,
-    log: Any = print,
+    method_options: dict[str, dict[str, Any]] | None = None,
+    log: Any = harness.log,
 ) -> list[Path]:
     """Train every (env variant, method, seed) of ``setting``; returns the run directories.
 
     Before anything trains, ``out`` is checked: a run directory in it whose ``config.json`` holds
     another run (episodes, seed, env or users differ), or one this call does not make (the
     table would drop it), is refused (one line, :class:`~fedrec.experiments.harness.BenchError`).
-    A run of the same setup is trained again (or continued with ``resume``)."""
+    A run of the same setup is trained again (or continued with ``resume``). ``method_options``
+    maps a method (as in ``methods``) to overrides of its Config (:func:`parse_method_options`)."""
     from fedrec.train.multi_platform import MultiPlatformTrainConfig, train_multi_platform
 
     spec = SETTINGS[setting]
@@ -158,6 +164,7 @@ def run_dirs(
                 # The shared overrides (e.g. the demo's short schedule) apply to the built-in
                 # FedSlate-family methods; a user's method keeps its own Config.
                 extra = dict(agent_kwargs or {}) if "method" in _presets(method) else {}
+                extra.update((method_options or {}).get(method, {}))
                 config = MultiPlatformTrainConfig(
                     env_id=spec.env_id,
                     method=method,
@@ -173,6 +180,7 @@ def run_dirs(
                 )
                 plan.append((path, config))
     check_out(out, plan)
+    check_requirements(plan)
     paths = []
     for path, config in plan:
         start = time.perf_counter()
@@ -183,6 +191,96 @@ def run_dirs(
         )
         paths.append(path)
     return paths
+
+
+def check_requirements(plan: list[tuple[Path, Any]]) -> None:
+    """Refuse, before anything trains, a method whose env lacks what its class ``REQUIRES``
+    (e.g. ScoreRelay's shared_catalogue=True), in one line naming it."""
+    from fedrec.agents.multi_platform import check_requirements as check
+    from fedrec.train.multi_platform import make_env
+
+    for _, config in plan:
+        cls, _ = resolve_multi_platform_agent(config.method)
+        if getattr(cls, "REQUIRES", None):
+            check(cls, make_env(config, 1))
+
+
+def _check_type(cls: type, key: str, value: Any) -> str | None:
+    """Why ``value`` does not fit the Config field ``key`` of ``cls`` (None: it fits, or the
+    annotation is not a plain one to check)."""
+    import typing
+
+    hint = typing.get_type_hints(cls.Config).get(key)
+    if typing.get_origin(hint) is typing.Literal:
+        choices = typing.get_args(hint)
+        return None if value in choices else f"must be one of {choices}"
+    if hint is bool:
+        return None if isinstance(value, bool) else "must be True or False"
+    if hint is int:
+        return None if isinstance(value, int) and not isinstance(value, bool) else "must be an int"
+    if hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return None if ok else "must be a number"
+    if hint is str:
+        return None if isinstance(value, str) else "must be a string"
+    if typing.get_origin(hint) is tuple:
+        return None if isinstance(value, tuple) else "must be a tuple, e.g. 64,32"
+    return None
+
+
+def parse_method_options(
+    entries: Sequence[str], methods: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """``METHOD:KEY=VALUE`` entries as ``{method: {key: value}}``, each checked now: METHOD is
+    one of ``methods`` (its name as given, or the class name of a ``path.py:Class``), KEY a
+    field of its Config that its name does not preset, and the values build a valid Config
+    (its own checks). Each problem is one ``ValueError`` naming the entry; an unknown key lists
+    the method's keys."""
+    from fedrec.agents.registry import make_config
+    from fedrec.util import parse_value
+
+    by_label = {method_label(m): m for m in methods}
+    parsed: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        target, equals, value = entry.partition("=")
+        method, colon, key = target.rpartition(":")
+        if not equals or not colon or not method or not key:
+            raise ValueError(
+                f"--method-options {entry!r}: expected METHOD:KEY=VALUE, e.g. fedslate:"
+                "learning_rate=0.001 or my_agent.py:MyMethod:bins=20"
+            )
+        method = method if method in methods else by_label.get(method, method)
+        if method not in methods:
+            raise ValueError(
+                f"--method-options {entry!r}: {method} is not among the methods run "
+                f"({', '.join(methods)})"
+            )
+        cls, presets = resolve_multi_platform_agent(method)
+        fields = sorted(f.name for f in dataclasses.fields(cls.Config))
+        if key not in fields:
+            shown = ", ".join(f for f in fields if f not in presets) or "none"
+            raise ValueError(
+                f"--method-options {entry!r}: {method_label(method)} has no option {key!r}; "
+                f"its options: {shown}"
+            )
+        if key in presets:
+            raise ValueError(
+                f"--method-options {entry!r}: the name {method} presets {key}={presets[key]!r}"
+            )
+        parsed_value = parse_value(value)
+        if isinstance(parsed_value, list):
+            parsed_value = tuple(parsed_value)
+        problem = _check_type(cls, key, parsed_value)
+        if problem is not None:
+            raise ValueError(f"--method-options {entry!r}: {key} {problem}, got {value!r}")
+        parsed.setdefault(method, {})[key] = parsed_value
+    for method, options in parsed.items():
+        cls, presets = resolve_multi_platform_agent(method)
+        try:
+            make_config(cls, {**presets, **options})
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"--method-options for {method_label(method)}: {error}") from None
+    return parsed
 
 
 def check_out(out: Path, plan: list[tuple[Path, Any]]) -> None:
@@ -251,6 +349,13 @@ class BenchFedSlateConfig:
     )
     """override the setting's env keyword arguments, repeatable (e.g. --env-kwarg
     shared_catalogue=True)"""
+    method_options: tuple[str, ...] = option(
+        (), flag="--method-options", append=True, metavar="METHOD:KEY=VALUE"
+    )
+    """a method's hyperparameter, repeatable: METHOD as in --methods (or the class name of a
+    path.py:Class), KEY a field of its Config (an unknown one is refused with the list), e.g.
+    --method-options fedslate:learning_rate=0.001 --method-options ScoreRelay:bins=20 (default
+    none: each method's own defaults)"""
     resume: bool = False
     """continue existing runs"""
     progress: bool = True
@@ -260,6 +365,12 @@ class BenchFedSlateConfig:
         harness.check_fields(self)
         for method in self.methods or ():
             resolve_multi_platform_agent(method)  # an unknown name or a bad class fails now
+        self.options_by_method()  # a malformed entry or an unknown key fails now
+
+    def options_by_method(self) -> dict[str, dict[str, Any]]:
+        """``--method-options`` as ``{method: {key: value}}`` (:func:`parse_method_options`)."""
+        methods = self.methods or SETTINGS[self.setting].methods
+        return parse_method_options(self.method_options, methods)
 
     def key(self) -> dict[str, Any]:
         """What the runs depend on (the hash of the default output folder)."""
@@ -273,6 +384,7 @@ class BenchFedSlateConfig:
             "eval_episodes": self.eval_episodes,
             "no_planner": not self.planner,
             "env_kwarg": dict(self.env_kwargs),
+            **({"method_options": self.method_options} if self.method_options else {}),
         }
 
     def out_path(self) -> Path:
@@ -310,5 +422,6 @@ def run(args: argparse.Namespace) -> int:
         resume=config.resume,
         progress=config.progress,
         env_overrides=dict(config.env_kwargs),
+        method_options=config.options_by_method(),
     )
     return print_table(paths, config.setting, plot=out / "learning_curves.png")

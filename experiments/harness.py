@@ -24,7 +24,13 @@ type (``int``, ``float``, ``str``, ``bool``, ``tuple[X, ...]``, ``X | None``) an
 ``metadata["choices"]`` the allowed values; :func:`config_from_args` builds the dataclass back
 (its ``__post_init__`` validates). :func:`option` declares such a field. Help texts are plain
 text (:func:`plain_text` removes Sphinx markup); :func:`add_bench_parser` registers a driver's
-command with its options, ``--quick`` and handler; :func:`key_value` parses ``KEY=VALUE``.
+command with its options, ``--quick``, ``--wide`` / ``--csv`` and handler; :func:`key_value` parses
+``KEY=VALUE``.
+
+**Views.** Every driver gets ``--wide`` and ``--csv [PATH]`` (:mod:`fedrec.eval.tables`): its
+handler runs with that view set, and :func:`show_tables` prints its tables in it (compact within
+100 characters by default; :func:`show_markdown` for Markdown tables); :func:`log` prints a
+message where it does not mix with CSV on stdout.
 """
 
 from __future__ import annotations
@@ -448,7 +454,7 @@ def add_options(
             continue
         meta = field.metadata
         default = (defaults or {}).get(field.name, _default(field))
-        text = plain_text(meta.get("help") or docs.get(field.name, ""))
+        text = plain_text(meta.get("help") or docs.get(field.name, "")).replace("%", "%%")
         kwargs: dict[str, Any] = {"dest": field.name, "default": None}
         if "metavar" in meta:
             kwargs["metavar"] = meta["metavar"]
@@ -465,9 +471,11 @@ def add_options(
         kwargs["type"] = meta.get("parse", scalar)
         choices = meta.get("cli_choices", meta.get("choices"))
         if "cli_choices" in meta and callable(choices):
-            choices = choices()
+            choices = LazyChoices(choices)  # called when an option is checked or --help shown
         if choices is not None and not callable(choices):  # a registry's: by check_fields
-            kwargs["choices"] = tuple(choices)
+            kwargs["choices"] = choices if isinstance(choices, LazyChoices) else tuple(choices)
+        if "choices" in kwargs and "metavar" in kwargs:  # the metavar hides them in the usage
+            text = _with_choices(text, kwargs["choices"], many)
         shown = default
         if meta.get("append"):
             kwargs["action"] = "append"
@@ -478,8 +486,43 @@ def add_options(
         target.add_argument(flag_of(field), help=_help(text, shown), **kwargs)
 
 
+class LazyChoices(Sequence):
+    """The allowed values of an option, from a function called on first use (a registry's names
+    may need heavy imports: building the parser for ``fedrec --help`` does not call it)."""
+
+    def __init__(self, function: Callable[[], Iterable[Any]]) -> None:
+        self.function = function
+
+    @functools.cached_property
+    def values(self) -> tuple[Any, ...]:
+        return tuple(self.function())
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.values[index]
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __contains__(self, value: object) -> bool:
+        return value in self.values
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.values)
+
+
+def _with_choices(text: str, choices: Sequence[Any], many: bool) -> str:
+    """The doc line with its allowed values (argparse's ``%(choices)s``, filled in when the help
+    is shown) unless it names them all already."""
+    if not isinstance(choices, LazyChoices) and all(str(c) in text for c in choices):
+        return text
+    text = text[:-1] if text.endswith(".") and not text.endswith("...") else text
+    which = "one or more of" if many else "one of"
+    return f"{text}; {which}: %(choices)s"
+
+
 def _help(text: str, default: Any) -> str:
-    """The doc line (without a closing full stop), with the default unless the doc names it."""
+    """The doc line (without a closing full stop), with the default unless the doc names it
+    (an argparse help string: a literal % is written %%)."""
     if text.endswith(".") and not text.endswith("..."):
         text = text[:-1]
     if default is None or "default" in text:
@@ -520,15 +563,78 @@ def add_bench_parser(
     quick: str | None = None,
 ) -> argparse.ArgumentParser:
     """Register ``fedrec bench NAME``: its options generated from the ``configs`` dataclasses
-    (:func:`add_options`), ``--quick`` with its help when given, and its handler. The
-    description is plain text (:func:`plain_text`)."""
+    (:func:`add_options`), ``--quick`` with its help when given, ``--wide`` / ``--csv`` and its
+    handler. The description is plain text (:func:`plain_text`). With fedrec's parser
+    (:class:`fedrec.cli_parser.ArgumentParser`) the options are added when the command is
+    parsed or its help shown, not when ``fedrec --help`` builds the parser."""
     parser = subparsers.add_parser(name, help=help, description=plain_text(description))
-    for cls in configs:
-        add_options(parser, cls)
-    if quick is not None:
-        parser.add_argument("--quick", action="store_true", help=quick)
-    parser.set_defaults(handler=handler)
+
+    def build(parser: argparse.ArgumentParser) -> None:
+        from fedrec.eval.tables import add_view_options
+
+        for cls in configs:
+            add_options(parser, cls)
+        if quick is not None:
+            parser.add_argument("--quick", action="store_true", help=quick)
+        add_view_options(parser)
+
+    if hasattr(parser, "defer"):  # fedrec's parser: built when the command is used
+        parser.defer(build)
+    else:
+        build(parser)
+    parser.set_defaults(handler=functools.partial(_in_view, handler))
     return parser
+
+
+def _in_view(handler: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run a driver's handler with its ``--wide`` / ``--csv`` view set
+    (:func:`fedrec.eval.tables.using_view`: :func:`show_tables` and ``fedrec eval``'s report
+    read it)."""
+    from fedrec.eval.tables import using_view, view_of
+
+    with using_view(view_of(args)):
+        return handler(args)
+
+
+def show_tables(tables: Sequence[Any], *, wide: Callable[[], None] | None = None) -> list[Path]:
+    """Print a driver's tables (:class:`fedrec.eval.tables.TextTable`) in the view of its
+    ``--wide`` / ``--csv`` options: compact within 100 characters by default, ``wide()`` (the
+    full rendering) with ``--wide``, CSV with ``--csv``; returns the CSV files written."""
+    from fedrec.eval.tables import show
+
+    return show(tables, wide=wide)
+
+
+def show_markdown(
+    markdown: str,
+    *,
+    compact: Mapping[str, str] | None = None,
+    legend: Mapping[str, str] | None = None,
+) -> list[Path]:
+    """Print a driver's Markdown tables in the view of its options: compact (the ``compact``
+    columns, full header -> short one, of each table that has them, else every column cut to
+    100 characters, with the ``legend``), the Markdown itself with ``--wide``, CSV with
+    ``--csv``; the headings and paragraphs outside the tables go to the first table's title and
+    notes."""
+    from fedrec.eval.tables import tables_from_markdown
+
+    tables, loose = tables_from_markdown(markdown)
+    for table in tables:
+        if compact:
+            table.compact = {c: compact[c] for c in table.columns if c in compact} or None
+        table.legend = dict(legend or {})
+    if tables and loose:  # the document's title and the paragraphs outside the tables
+        first = tables[0]
+        first.title = f"{loose[0]}: {first.title}" if first.title else loose[0]
+        first.notes = [*loose[1:], *first.notes]
+    return show_tables(tables, wide=lambda: print(markdown))
+
+
+def log(*parts: Any) -> None:
+    """Print a driver's message: to stderr when ``--csv`` sends the table to stdout."""
+    from fedrec.eval.tables import current_view
+
+    current_view().log(*parts)
 
 
 def check_fields(config: Any) -> None:

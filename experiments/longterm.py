@@ -476,7 +476,10 @@ def add_parser(bench_subparsers: argparse._SubParsersAction) -> None:
         "longterm",
         BenchLongTermConfig,
         help="the long-term planning leaderboard (SlateQ, rule search, PPO vs heuristics, planner)",
-        description=__doc__.split("\n\n")[1] if __doc__ else "",
+        description=(__doc__.split("\n\n")[1] if __doc__ else "")
+        + " A default run (every contender, 3 seeds, 3 settings: 66 training runs of 1 to "
+        "30 minutes) takes about 10 hours on a 2-core machine; finished runs are read, not "
+        "retrained.",
         handler=run,
     )
 
@@ -502,6 +505,9 @@ def run(args: argparse.Namespace) -> int:
         present = {str(p.parent.relative_to(folder)) for p in folder.glob("*/seed*/config.json")}
         made = {f"{c}/seed{s}" for c in chosen for s in config.seed_list}
         harness.check_subset(folder, present, made, what="runs")
+    from fedrec.eval.tables import View, current_view, show, write_csv
+
+    view, tables = current_view(), []
     for setting_name, chosen in plan.items():
         runs: dict[str, list[Path]] = {}
         for contender in chosen:
@@ -524,8 +530,51 @@ def run(args: argparse.Namespace) -> int:
         title = SETTINGS[setting_name].title
         rows = leaderboard(runs)
         markdown = write_leaderboard(rows, out / setting_name, title=title)
-        print(markdown)
+        table = text_table(markdown, key=setting_name)
+        tables.append(table)
+        # each leaderboard as it is ready; the CSV of them all at the end
+        show([table], View(wide=view.wide), wide=lambda text=markdown: print(text))
         if config.plot:
             png = plot(runs, out / setting_name / "learning_curves.png", title=title)
-            print(f"learning curves: {png}")
+            harness.log(f"learning curves: {png}")
+    if view.csv is not None:
+        write_csv(tables, view.csv)
     return 0
+
+
+#: The compact view's columns (full header -> short one) and the legend of the short ones.
+COMPACT = {
+    "rank": "#",
+    "policy": "policy",
+    "seeds": "n",
+    "final greedy return": "final",
+    "regret to planner": "regret",
+    "regret %": "regret %",
+    "vs best no-learning": "vs no-learning",
+    "train s/run": "train s",
+}
+LEGEND = {
+    "n": "seeds",
+    "final": "final greedy return",
+    "regret": "planner - policy, paired",
+    "vs no-learning": "policy - the best fixed heuristic, paired",
+    "train s": "training seconds per run",
+    "*": "oracle: reads the user's hidden state",
+}
+
+
+def text_table(markdown: str, *, key: str = "") -> Any:
+    """A leaderboard of :func:`write_leaderboard` as a :class:`fedrec.eval.tables.TextTable`
+    (oracles marked with * in the compact view)."""
+    from fedrec.eval.tables import tables_from_markdown
+
+    (table,), _ = tables_from_markdown(markdown)
+    table.compact = COMPACT
+    policy, oracle = table.columns.index("policy"), table.columns.index("oracle")
+    marked = [row[policy] + (" *" if row[oracle] else "") for row in table.rows]
+    table.short_cells = {"policy": marked}
+    table.legend = LEGEND if any(row[oracle] for row in table.rows) else LEGEND | {"*": ""}
+    table.legend = {k: v for k, v in table.legend.items() if v}
+    table.text_columns = ("policy",)
+    table.key = key
+    return table

@@ -55,6 +55,122 @@ def job_of(context: Any) -> dict[str, Any]:
     return job
 
 
+#: The server's per-round progress file, beside its result: one line per finished aggregation
+#: round, ``ROUND TOTAL``; the command that started the run reads it (:func:`watch_rounds`).
+PROGRESS_SUFFIX = ".progress"
+#: Seconds between two reads of the progress file.
+PROGRESS_POLL = 0.2
+
+
+def report_round(result_path: str | Path, done: int, total: int) -> None:
+    """Record, from the server, that aggregation round ``done`` of ``total`` has finished (one
+    appended line; read by :func:`watch_rounds` in the process that started the run). Without
+    a result path (a job run in memory) nothing is written."""
+    if not str(result_path):
+        return
+    with open(f"{result_path}{PROGRESS_SUFFIX}", "a", encoding="ascii") as file:
+        file.write(f"{int(done)} {int(total)}\n")
+
+
+def progress_wanted(flag: bool | None) -> bool:
+    """Whether to show per-round progress: ``flag`` when given (``--progress`` /
+    ``--no-progress``), else only when stderr is a terminal (a log file stays quiet)."""
+    return bool(flag) if flag is not None else sys.stderr.isatty()
+
+
+@contextlib.contextmanager
+def watch_rounds(
+    result_path: str | Path, *, enabled: bool, desc: str = "Flower rounds"
+) -> Iterator[None]:
+    """While inside, show the server's finished aggregation rounds (:func:`report_round`) as a
+    tqdm bar with the elapsed time and the ETA on stderr, from a background thread; nothing at
+    all when not ``enabled``. On a terminal it redraws at most every 0.1 s; elsewhere (forced on
+    with ``--progress``) it writes every round it reads."""
+    if not enabled:
+        yield
+        return
+    from tqdm.auto import tqdm
+
+    path = Path(f"{result_path}{PROGRESS_SUFFIX}")
+    terminal = sys.stderr.isatty()
+    stop = threading.Event()
+    state: dict[str, Any] = {"bar": None, "done": 0, "offset": 0}
+
+    def poll() -> None:
+        try:
+            with open(path, encoding="ascii") as file:
+                file.seek(state["offset"])
+                text = file.read()
+        except OSError:  # not written yet
+            return
+        complete = text[: text.rfind("\n") + 1]  # a line being written is read next time
+        state["offset"] += len(complete)
+        for line in complete.splitlines():
+            try:
+                done, total = (int(word) for word in line.split())
+            except ValueError:
+                continue
+            if state["bar"] is None:
+                state["bar"] = tqdm(
+                    total=total,
+                    desc=desc,
+                    unit="round",
+                    dynamic_ncols=terminal,
+                    mininterval=0.1 if terminal else 0.0,
+                    smoothing=0.1,
+                    file=sys.stderr,
+                )
+            if done > state["done"]:
+                state["bar"].update(done - state["done"])
+                state["done"] = done
+
+    def loop() -> None:
+        while not stop.wait(PROGRESS_POLL):
+            poll()
+
+    thread = threading.Thread(target=loop, name="fedrec-flower-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        poll()  # the last rounds
+        if state["bar"] is not None:
+            state["bar"].close()
+
+
+#: The start of the one deprecation notice fedrec's simulation gets from Flower (its
+#: ``DEPRECATED FEATURE`` log record's argument): :func:`flwr.simulation.run_simulation` is
+#: deprecated in favour of ``flwr run`` with a simulation federation, which needs an installed app
+#: project and a running SuperLink. fedrec calls ``run_simulation`` on purpose, in a child process
+#: it can stop with every Ray process (:func:`simulate`); ``fedrec flower deploy`` is the
+#: ``flwr run`` path. Flower still supports it (1.x), and the notice, several lines in the middle
+#: of the run's output, tells the user of ``fedrec`` nothing they can act on.
+RUN_SIMULATION_NOTICE = "The `run_simulation` function is deprecated"
+
+
+class _DropRunSimulationNotice:
+    """A ``logging`` filter that drops Flower's ``run_simulation`` deprecation notice (exactly
+    that record; every other Flower message, deprecation notices included, passes)."""
+
+    def filter(self, record: Any) -> bool:
+        return not any(
+            isinstance(arg, str) and arg.startswith(RUN_SIMULATION_NOTICE)
+            for arg in (record.args if isinstance(record.args, tuple) else ())
+        )
+
+
+def hide_run_simulation_notice() -> None:
+    """Keep Flower's deprecation notice of ``run_simulation`` (:data:`RUN_SIMULATION_NOTICE`)
+    out of a simulation's output; idempotent."""
+    import logging
+
+    logger = logging.getLogger("flwr")
+    if not any(isinstance(f, _DropRunSimulationNotice) for f in logger.filters):
+        logger.addFilter(_DropRunSimulationNotice())
+
+
 def quiet() -> None:
     """Turn off Flower's and Ray's usage reporting in this process (and its children)."""
     os.environ.update(QUIET_ENV)
@@ -281,6 +397,7 @@ def _run_child(app: str, num_nodes: int) -> int:
         )
         from flwr.simulation import run_simulation as flower_run_simulation
 
+        hide_run_simulation_notice()
         flower_run_simulation(
             server_app=server_app,
             client_app=client_app,

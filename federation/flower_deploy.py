@@ -38,7 +38,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from fedrec.federation.flower_common import JOB_KEY, QUIET_ENV, Interrupted
+from fedrec.federation.flower_common import (
+    JOB_KEY,
+    PROGRESS_SUFFIX,
+    QUIET_ENV,
+    Interrupted,
+    watch_rounds,
+)
 from fedrec.federation.supervisor import (
     Stopped,
     Watchdog,
@@ -203,6 +209,7 @@ def deploy(
     num_nodes: int,
     timeout: float = 3600.0,
     log_dir: str | Path | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Run a fedrec Flower app on a loopback deployment and return its result.
 
@@ -213,6 +220,8 @@ def deploy(
     :param timeout: seconds the run may take before it is stopped (a ``TimeoutError``).
     :param log_dir: keep the processes' logs and the app folder there (default: a temporary
         folder, removed at the end).
+    :param progress: show the rounds the server reports (``report_round`` with the result path
+        it is given) as a bar with the ETA on stderr.
     """
     if num_nodes < 1:
         raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
@@ -221,6 +230,7 @@ def deploy(
     with _workdir(log_dir) as workdir:
         result_path = workdir / "result.json"
         result_path.unlink(missing_ok=True)
+        Path(f"{result_path}{PROGRESS_SUFFIX}").unlink(missing_ok=True)  # a kept --log-dir's
         app_dir, home = workdir / "app", workdir / "flwr-home"
         app_dir.mkdir(exist_ok=True)
         home.mkdir(exist_ok=True)
@@ -255,11 +265,12 @@ def deploy(
                         "flwr-run", [flwr, "run", str(app_dir), "deploy", "--stream"]
                     )
                     deadline = time.monotonic() + timeout
-                    while run.poll() is None:
-                        if time.monotonic() > deadline:
-                            raise TimeoutError(f"the Flower run took longer than {timeout} s")
-                        processes.check_alive(expected_to_end=run)
-                        time.sleep(0.2)
+                    with watch_rounds(result_path, enabled=progress):
+                        while run.poll() is None:
+                            if time.monotonic() > deadline:
+                                raise TimeoutError(f"the Flower run took longer than {timeout} s")
+                            processes.check_alive(expected_to_end=run)
+                            time.sleep(0.2)
                     if not result_path.is_file():
                         raise DeploymentError(
                             "the Flower run ended without a result; its log ends:\n"

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from fedrec._version import __version__
-from fedrec.cli_parser import ArgumentParser, UsageError
+from fedrec.cli_parser import ArgumentParser, RawDescriptionHelpFormatter, UsageError
 
 EPILOG = """examples:
   fedrec envs                          list the registered environment ids
@@ -82,14 +82,14 @@ def error_line(error: BaseException) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (every command registers itself here)."""
-    from fedrec import cli_bench, cli_demo, cli_envs, cli_eval, cli_train
+    from fedrec import cli_bench, cli_demo, cli_envs, cli_eval, cli_evaluate, cli_train
 
     parser = ArgumentParser(
         prog="fedrec",
         description="fedrec: federated and cross-platform recommendation with reinforcement "
         "learning. Environments, agents, federation and benchmarks.",
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"fedrec {__version__}")
     parser.add_argument(
@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="show the full traceback of an error instead of the one-line message",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (cli_envs, cli_demo, cli_train, cli_eval, cli_bench):
+    for module in (cli_envs, cli_demo, cli_train, cli_eval, cli_evaluate, cli_bench):
         module.add_parser(subparsers)
     for optional in ("fedrec.cli_data", "fedrec.cli_flower"):
         try:

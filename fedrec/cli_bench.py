@@ -14,6 +14,7 @@ BENCHMARKS = {
     "fedslate": "fedrec.experiments.fedslate",
     "fel": "fedrec.experiments.fel",
     "longterm": "fedrec.experiments.longterm",
+    "ope": "fedrec.experiments.ope",
 }
 
 #: ``fedrec bench --help``: every benchmark, and where its files go.

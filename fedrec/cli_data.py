@@ -6,8 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
+#: The estimators of `fedrec data estimate` (fedrec.train.estimate.ESTIMATORS' keys, listed here
+#: so that building the parser imports nothing heavy; a test keeps the two equal).
+ESTIMATE_ESTIMATORS = (
+    "slate-ips", "iips", "rips", "pseudoinverse", "ips", "dm", "dr", "pdis", "wdr", "mis",
+)  # fmt: skip
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -19,7 +22,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     commands = parser.add_subparsers(dest="data_command", metavar="SUBCOMMAND", required=True)
 
-    listing = commands.add_parser("list", help="the known data sets and whether they are cached")
+    listing = commands.add_parser(
+        "list",
+        help="the known data sets and whether they are cached",
+        description="The known data sets: name, title, files, where each is cached (- when it "
+        "is not) and its official source.",
+    )
     listing.add_argument("--dir", type=Path, default=None, help="data directory (default: cache)")
     listing.set_defaults(handler=run_list)
 
@@ -33,7 +41,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     fetch.add_argument("name", help="data set name (see `fedrec data list`)")
     fetch.add_argument("--dir", type=Path, default=None, help="data directory (default: cache)")
-    fetch.add_argument("--source", choices=("auto", "official", "recbole"), default="auto")
+    fetch.add_argument(
+        "--source",
+        choices=("auto", "official", "recbole"),
+        default="auto",
+        help="where to download from (auto: official, falling back to recbole for ml-100k)",
+    )
     fetch.add_argument("--wheel", type=Path, default=None, help="a recbole-1.2.1 wheel on disk")
     fetch.add_argument("--timeout", type=float, default=10.0, help="network timeout in seconds")
     fetch.set_defaults(handler=run_fetch)
@@ -46,18 +59,23 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "de-duplication, users with fewer than --min-interactions removed), with what each "
         "filter removed.",
     )
-    info.add_argument("name")
+    info.add_argument("name", help="data set name (see `fedrec data list`)")
     info.add_argument("--dir", type=Path, default=None, help="data directory (default: cache)")
-    info.add_argument("--min-interactions", type=int, default=5)
+    info.add_argument(
+        "--min-interactions", type=int, default=5, help="users with fewer interactions are removed"
+    )
     info.set_defaults(handler=run_info)
 
     baselines = commands.add_parser(
         "baselines",
         help="HR@K / NDCG@K of the random and popularity baselines (evaluation mode)",
+        description="HR@K and NDCG@K of the random and popularity baselines on a cached data set "
+        "in evaluation mode (leave-one-out, one held-out item among 100 sampled negatives); the "
+        "random baseline is averaged over --seeds seeds.",
     )
     baselines.add_argument("name", help="ml-100k, ml-1m, lastfm-2k or foursquare-nyc")
     baselines.add_argument("--dir", type=Path, default=None, help="data directory (default: cache)")
-    baselines.add_argument("--k", type=int, default=10)
+    baselines.add_argument("--k", type=int, default=10, help="the K of HR@K and NDCG@K")
     baselines.add_argument("--seeds", type=int, default=5, help="random-agent seeds to average")
     baselines.set_defaults(handler=run_baselines)
 
@@ -74,11 +92,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     collect.add_argument("--env", required=True, help="a registered single-platform env id")
     collect.add_argument("--policy", required=True, help="logging policy (deterministic or random)")
-    collect.add_argument("--epsilon", type=float, default=0.0, help="mixture weight E (0)")
-    collect.add_argument("--mixture", default="random", help="the other component (random)")
-    collect.add_argument("--episodes", type=int, required=True)
-    collect.add_argument("--seed", type=int, default=0)
-    collect.add_argument("--num-envs", type=int, default=256, help="users per batch (256)")
+    collect.add_argument("--epsilon", type=float, default=0.0, help="mixture weight E")
+    collect.add_argument("--mixture", default="random", help="the other component")
+    collect.add_argument("--episodes", type=int, required=True, help="episodes to log")
+    collect.add_argument("--seed", type=int, default=0, help="seed of the first episode batch")
+    collect.add_argument("--num-envs", type=int, default=256, help="users per batch")
     collect.add_argument(
         "--env-kwarg", action="append", type=_key_value, default=[], metavar="KEY=VALUE",
         help="env keyword argument, repeatable",
@@ -87,6 +105,40 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     collect.add_argument("--dataset-id", default=None, help="Minari id (default: derived)")
     collect.add_argument("--no-progress", action="store_true", help="no progress bar")
     collect.set_defaults(handler=run_collect)
+
+    estimate = commands.add_parser(
+        "estimate",
+        help="estimate a target policy's value from one collected dataset (off-policy)",
+        description="Read a Minari dataset of `fedrec data collect` (validated whole, with its "
+        "logging propensities), replay the target policy on the logged observations for its "
+        "propensities of the logged slates, and print each estimator's value with its 95% "
+        "interval, the number of samples and what it assumes, beside the logged (logger's) "
+        "value. One-step episodes get the slate estimators (and, under a uniform logger, "
+        "PseudoInverse and the top-item IPS, DM and DR); every dataset gets PDIS, WDR and MIS "
+        "(ratio 1). --truth-episodes N also rolls the target on the dataset's env for the Monte "
+        "Carlo truth. Needs fedrec[offline].",
+    )
+    estimate.add_argument("dataset", type=Path, help="the dataset folder (OUT/<dataset id>)")
+    estimate.add_argument(
+        "--target",
+        required=True,
+        help="the policy to evaluate: a deterministic agent name (e.g. top_x, bottom_x, "
+        "best_open_loop), random, or POLICY@E for (1 - E) * POLICY + E * random",
+    )
+    estimate.add_argument(
+        "--estimators", nargs="+", choices=ESTIMATE_ESTIMATORS, default=None, metavar="NAME",
+        help=f"estimators to run, from {{{', '.join(ESTIMATE_ESTIMATORS)}}} (default: every one "
+        "that applies)",
+    )  # fmt: skip
+    estimate.add_argument(
+        "--truth-episodes", type=int, default=0,
+        help="episodes of the target for the Monte Carlo truth (default: 0, none)",
+    )  # fmt: skip
+    estimate.add_argument(
+        "--seed", type=int, default=0, help="seeds the target and the truth's episodes (default: 0)"
+    )
+    estimate.add_argument("--json", type=Path, default=None, help="also write the report here")
+    estimate.set_defaults(handler=run_estimate)
 
 
 def _key_value(text: str) -> tuple[str, object]:
@@ -121,7 +173,34 @@ def run_collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_estimate(args: argparse.Namespace) -> int:
+    import json
+
+    from fedrec.train.estimate import estimate_dataset, format_report
+
+    try:
+        report = estimate_dataset(
+            args.dataset,
+            args.target,
+            estimators=args.estimators,
+            truth_episodes=args.truth_episodes,
+            seed=args.seed,
+        )
+    except (ValueError, ImportError) as error:
+        print(f"fedrec data estimate: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2  # as every fedrec error
+    print(format_report(report))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report.as_dict(), indent=2, allow_nan=False) + "\n")
+        print(f"report -> {args.json}")
+    return 0
+
+
 def run_list(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
     from fedrec.envs.datasets.catalog import DATASETS, DatasetNotFoundError, data_root, locate
 
     table = Table(title=f"fedrec data sets (data directory: {args.dir or data_root()})")
@@ -151,6 +230,9 @@ def run_fetch(args: argparse.Namespace) -> int:
 
 
 def run_info(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
     from fedrec.envs.datasets.catalog import load, load_prepared, locate, spec_of
     from fedrec.envs.datasets.preprocess import Statistics
 
@@ -194,6 +276,8 @@ def run_info(args: argparse.Namespace) -> int:
 
 def run_baselines(args: argparse.Namespace) -> int:
     import numpy as np
+    from rich.console import Console
+    from rich.table import Table
 
     import fedrec  # noqa: F401  (registers the environment ids)
     from fedrec.agents.logged_baselines import PopularityAgent, RandomAgent

@@ -5,9 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rich.console import Console
-from rich.table import Table
-
 from fedrec.registration import ENVIRONMENTS
 
 
@@ -23,6 +20,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.console import Console  # imported when used: `fedrec --help` does not load rich
+    from rich.table import Table
+
     if args.plain:
         for entry in ENVIRONMENTS:
             print(f"{entry.id}\t{entry.api}\t{entry.description}")

@@ -2,7 +2,8 @@
 
 Loads each run directory (``config.json``, ``episodes.csv`` or a compacted run's curve summary
 ``curve.json.gz``, optional ``final_eval.json``; a folder of run directories expands to its runs), groups seeds of the same experiment, prints one table row
-per group and return series (mean ± 95% CI across seeds; multi-platform runs add the joint return
+per group and return series (mean ± 95% CI across seeds; the essential columns within 100
+characters by default, ``--wide`` every column, ``--csv`` CSV; multi-platform runs add the joint return
 ``return/joint`` after their platforms), a table of greedy-slate diagnostics when the runs recorded
 them (FedSlate family), and writes a learning-curve PNG. The definitions are in
 ``docs/metrics.md`` and :mod:`fedrec.eval.etror`; the report is :mod:`fedrec.eval.report`.
@@ -16,6 +17,7 @@ from pathlib import Path
 
 # Only what the parser needs is imported here: `fedrec --help` does not load pandas or SciPy.
 from fedrec.eval.paper_numbers import PAPER_CHOICES
+from fedrec.eval.tables import add_view_options, using_view, view_of
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -68,13 +70,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "open-loop rule, added after older runs were trained) on its held-out episodes, into "
         "references.json beside final_eval.json (the run's own files are not changed)",
     )
-    parser.add_argument(
-        "--csv",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help="also write the table as CSV (one row per group and series, cells as printed) and "
-        "any diagnostics table beside it (PATH with _diagnostics before .csv)",
+    add_view_options(
+        parser,
+        csv_help="write every column as CSV (one row per group and series, cells as printed): "
+        "to PATH beside the printed table, with any diagnostics table beside it (PATH with "
+        "_diagnostics before .csv); to stdout instead of the table when PATH is - or left out",
     )
     parser.set_defaults(handler=run)
 
@@ -83,8 +83,9 @@ def run(args: argparse.Namespace) -> int:
     from fedrec.eval.etror import find_runs
     from fedrec.eval.report import EvalOptions, check_output, load_checked, report
 
+    view = view_of(args)
     check_output("--out", args.out)
-    check_output("--csv", args.csv)
+    check_output("--csv", None if view.csv in (None, "-") else Path(view.csv))
     paths = find_runs(args.runs)
     if getattr(args, "complete_references", False):
         from fedrec.train.references import complete_references
@@ -92,10 +93,11 @@ def run(args: argparse.Namespace) -> int:
         for path in paths:
             written = complete_references(path)
             if written is not None:
-                print(f"{path}: references on its held-out episodes in {written.name}")
+                view.log(f"{path}: references on its held-out episodes in {written.name}")
     runs = [load_checked(path) for path in paths]
     options = EvalOptions(
         **{field.name: getattr(args, field.name) for field in dataclasses.fields(EvalOptions)}
     )
-    report(runs, options, csv_path=args.csv, plot=not args.no_plot, out=args.out)
+    with using_view(view):
+        report(runs, options, plot=not args.no_plot, out=args.out, view=view)
     return 0

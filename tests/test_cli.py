@@ -116,20 +116,20 @@ def test_every_printed_fedrec_command_parses() -> None:
     assert not wrong, "commands the CLI refuses:\n" + "\n".join(wrong)
 
 
-def test_help_loads_no_heavy_library() -> None:
-    """`fedrec --help` builds every command's parser without PyTorch, SciPy, pandas, Ray or
-    Flower (it used to import them all and took seconds before printing anything)."""
-    import subprocess
-    import sys
-
+@pytest.mark.parametrize("argv", [["--help"], ["envs"], ["data", "list"]], ids=" ".join)
+def test_start_up_commands_load_no_heavy_library(argv: list[str]) -> None:
+    """`fedrec --help`, `fedrec envs` and `fedrec data list` run without PyTorch, SciPy, pandas,
+    Ray or Flower (`--help` used to import them all and took seconds before printing anything;
+    benchmarks/cli_startup.py times them)."""
     code = (
-        "import sys\n"
+        "import contextlib, io, sys\n"
         "from fedrec.cli import main\n"
-        "try:\n"
-        "    main(['--help'])\n"
-        "except SystemExit:\n"
-        "    pass\n"
-        "heavy = ('torch', 'scipy', 'pandas', 'ray', 'flwr')\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n"
+        f"        main({argv!r})\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = ('torch', 'scipy', 'pandas', 'ray', 'flwr', 'sklearn', 'matplotlib')\n"
         "print(','.join(m for m in heavy if m in sys.modules), file=sys.stderr)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -72,7 +72,7 @@ def test_eval_prints_the_table_and_writes_the_plot(
 ) -> None:
     dirs = sorted(str(p) for p in runs.iterdir())
     table = runs.parent / "tables" / "eval.csv"
-    assert main(["eval", *dirs, "--csv", str(table)]) == 0
+    assert main(["eval", *dirs, "--csv", str(table), "--wide"]) == 0
     out = capsys.readouterr().out
     png = runs / "learning_curves.png"
     assert png.read_bytes()[:8] == PNG_MAGIC
@@ -111,7 +111,7 @@ def test_eval_expands_a_folder_and_multi_platform(
     }
     _write_run(tmp_path / "mp" / "seed3", columns, config, final)
     out_png = tmp_path / "plots" / "curves.png"
-    code = main(["eval", str(tmp_path / "mp"), "--out", str(out_png), "--paper", "none"])
+    code = main(["eval", str(tmp_path / "mp"), "--out", str(out_png), "--paper", "none", "--wide"])
     assert code == 0
     out = capsys.readouterr().out
     assert out_png.read_bytes()[:8] == PNG_MAGIC
@@ -166,7 +166,7 @@ def test_rates_in_unit_interval_print_with_four_decimals(
         _write_run(
             tmp_path / "hr" / f"seed{seed}", {"return": hits}, {**config, "seed": seed}, final
         )
-    assert main(["eval", str(tmp_path / "hr"), "--no-plot", "--paper", "none"]) == 0
+    assert main(["eval", str(tmp_path / "hr"), "--no-plot", "--paper", "none", "--wide"]) == 0
     out = capsys.readouterr().out
     for values in ((0.3966, 0.4123), (0.0988, 0.1021)):  # final greedy eval, random
         mean, half = stats.mean_ci(values)  # across the 2 seeds
@@ -206,3 +206,64 @@ def test_single_platform_table_has_no_platform_regret_note(
 ) -> None:
     assert main(["eval", str(runs / "slateq-0"), "--no-plot", "--paper", "none"]) == 0
     assert "per-platform regret" not in capsys.readouterr().out
+
+
+def _long_label_runs(tmp_path: Path) -> Path:
+    """Multi-platform runs of two agents whose group labels are long (labels in config)."""
+    rng = np.random.default_rng(4)
+    for agent in ("LinUCBRelay", "fedslate"):
+        for seed in (0, 1):
+            columns = {f"return/platform_{p}": 1000 + 160 * rng.standard_normal(200) for p in "ab"}
+            label = (
+                f'{agent} ChocKaleMultiPlatform-v0 share="scores" shared_catalogue=true '
+                "episodes=400"
+            )
+            config = {"agent": agent, "env_id": "fedrec/ChocKaleMultiPlatform-v0", "seed": seed}
+            policies = {
+                "agent": {"platform_a": {"mean": 1015.8}, "platform_b": {"mean": 912.8}},
+                "planner": {"platform_a": {"mean": 1010.0}, "platform_b": {"mean": 1027.6}},
+                "random": {"platform_a": {"mean": 950.0}, "platform_b": {"mean": 850.0}},
+                "top_x": {"platform_a": {"mean": 1000.0}, "platform_b": {"mean": 1000.0}},
+            }
+            final = {"episodes": 200, "seed": 1000000, "policies": policies}
+            _write_run(
+                tmp_path / "mp" / f"{agent}-{seed}", columns, {**config, "label": label}, final
+            )
+    return tmp_path / "mp"
+
+
+def test_the_default_view_fits_100_columns_with_a_legend(
+    runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for folder in (runs, _long_label_runs(tmp_path)):
+        assert main(["eval", str(folder), "--no-plot"]) == 0
+        out = capsys.readouterr().out
+        assert max(len(line) for line in out.splitlines()) <= 100, out
+        assert "legend:" in out and "final = final greedy eval" in " ".join(out.split())
+        assert "│" not in out  # no box: plain aligned columns
+    assert 'share="scores"' in out  # the words every group shares, named once in the legend
+    table = [line for line in out.splitlines() if line.startswith(("LinUCBRelay ", "fedslate "))]
+    assert len(table) == 6  # 2 groups x (2 platforms + joint)
+    assert "more columns: --wide shows them" in out
+
+
+def test_wide_has_every_column_and_csv_to_stdout_parses(
+    runs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["eval", str(runs), "--no-plot", "--wide"]) == 0
+    wide = capsys.readouterr().out
+    for column in ("ETROR→plateau", "optimal (paper-style)", "planner (oracle)", "paper random"):
+        assert column in " ".join(wide.split())
+    assert main(["eval", str(runs), "--no-plot", "--csv"]) == 0
+    captured = capsys.readouterr()
+    rows = list(csv.DictReader(captured.out.splitlines()))
+    assert {row["group"] for row in rows} == {
+        "fedslate ChocKaleSlate-v0",
+        "slateq ChocKaleSlate-v0",
+    }
+    slateq = next(row for row in rows if row["group"].startswith("slateq"))
+    assert slateq["ETROR"] == "500 ± 0" and slateq["vs random"] == "+155.0 ± 0.0"
+    assert slateq["planner (oracle)"] == "1120.0 ± 0.0" and slateq["paper ETROR"] == "3400"
+    assert "legend" not in captured.out  # CSV only on stdout
+    assert main(["eval", str(runs), "--no-plot", "--csv", "-"]) == 0
+    assert list(csv.DictReader(capsys.readouterr().out.splitlines())) == rows

@@ -2,7 +2,8 @@
 
 :func:`train` trains a single-platform agent, :func:`train_multi_platform` a multi-platform one;
 FedNCF's federated training is :func:`fedrec.train.fedncf.train_federated`, FEL's is in
-:mod:`fedrec.train.fel`.
+:mod:`fedrec.train.fel`. :func:`load_trained_agent` rebuilds a finished run's agent with its
+trained weights (safely: :mod:`fedrec.train.trained`).
 
 What it may import: every layer below it (envs, federation, agents, eval) and ``fedrec.util``,
 never ``fedrec.experiments`` or the command line (checked by tests/test_layers.py).
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
         MultiPlatformTrainConfig,
         train_multi_platform,
     )
+    from fedrec.train.trained import load_trained_agent
 
 _WHERE = {
     "TrainConfig": "fedrec.train.loop",
@@ -32,6 +34,7 @@ _WHERE = {
     "MultiPlatformResult": "fedrec.train.multi_platform",
     "MultiPlatformTrainConfig": "fedrec.train.multi_platform",
     "train_multi_platform": "fedrec.train.multi_platform",
+    "load_trained_agent": "fedrec.train.trained",
 }
 
 __all__ = [
@@ -39,6 +42,7 @@ __all__ = [
     "MultiPlatformTrainConfig",
     "TrainConfig",
     "TrainResult",
+    "load_trained_agent",
     "train",
     "train_multi_platform",
 ]

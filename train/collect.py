@@ -74,12 +74,14 @@ def _components(name: str, env: Any, seed: int) -> tuple[str, SlateAgent | None]
 
 
 def _check_deterministic(name: str, agent: SlateAgent, observations: Any, infos: Any) -> None:
-    """Refuse an agent whose slates change with its random generator (unknown propensities)."""
-    state = copy.deepcopy(agent.rng.bit_generator.state)
-    first = agent.act_batch(observations, infos=infos)
-    agent.reset(seed=int(np.random.SeedSequence(12345).generate_state(1)[0]))
-    second = agent.act_batch(observations, infos=infos)
-    agent.rng.bit_generator.state = state
+    """Refuse an agent whose slates change with its random generator (unknown propensities).
+
+    The two probes act on copies, so the agent's own state (its generator, a per-user step count)
+    is left as it was."""
+    first = copy.deepcopy(agent).act_batch(observations, infos=infos)
+    probe = copy.deepcopy(agent)
+    probe.reset(seed=int(np.random.SeedSequence(12345).generate_state(1)[0]))
+    second = probe.act_batch(observations, infos=infos)
     if not np.array_equal(first, second):
         raise ValueError(
             f"policy {name!r} is stochastic (its slates change with its random generator) and "

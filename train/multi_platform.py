@@ -43,6 +43,7 @@ from fedrec.train.core import (
     default_config_dict,
     env_kwargs_errors,
 )
+from fedrec.train.trained import prepare_multi_platform_agent
 
 ENV_ID = "fedrec/ChocKaleMultiPlatform-v0"
 
@@ -148,6 +149,8 @@ class MultiPlatformTrainer(Trainer):
             agent = agent(self.env)
         if not isinstance(agent, MultiPlatformAgent):
             raise TypeError(f"{type(agent).__name__} is not a MultiPlatformAgent")
+        # what the method REQUIRES of the env, and the weights of a run it starts from
+        prepare_multi_platform_agent(agent, self.env)
         self.agent = agent
         self.platforms = list(self.env.possible_agents)
         self.header = ("episode", "step", "length", *[f"return/{p}" for p in self.platforms])

@@ -13,20 +13,30 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from fedrec.envs.datasets.formats import (
-    MOVIELENS_ATOMIC,
-    LoggedDataset,
-    TaobaoLog,
-    load_atomic,
-    load_foursquare_nyc,
-    load_lastfm2k,
-    load_ml1m,
-    load_ml100k,
-    load_ml_csv,
-    load_taobao,
+if TYPE_CHECKING:  # the readers load pandas: imported when a data set is loaded
+    from fedrec.envs.datasets.formats import LoggedDataset, TaobaoLog
+    from fedrec.envs.datasets.preprocess import PreparedData
+
+
+def _reader(function: str, **fixed: Any) -> Callable[[Path], LoggedDataset | TaobaoLog]:
+    """``fedrec.envs.datasets.formats.FUNCTION`` with ``fixed`` keyword arguments, imported when
+    called (``fedrec data list`` reads this catalogue without pandas)."""
+
+    def read(directory: Path) -> LoggedDataset | TaobaoLog:
+        from fedrec.envs.datasets import formats
+
+        return getattr(formats, function)(directory, **fixed)
+
+    read.__name__ = read.__qualname__ = function
+    return read
+
+
+load_ml100k, load_ml1m, load_lastfm2k, load_foursquare_nyc, load_taobao = (
+    _reader(name)
+    for name in ("load_ml100k", "load_ml1m", "load_lastfm2k", "load_foursquare_nyc", "load_taobao")
 )
-from fedrec.envs.datasets.preprocess import PreparedData, prepare
 
 DATA_ENV_VAR = "FEDREC_DATA"
 
@@ -64,7 +74,13 @@ class DatasetSpec:
 
 def _atomic(prefix: str, name: str) -> Callable[[Path], LoggedDataset]:
     """RecBole's MovieLens atomic files, held to MovieLens's rules (integer ids, 1995-2099 times)."""
-    return lambda directory: load_atomic(directory, prefix, name=name, **MOVIELENS_ATOMIC)
+
+    def read(directory: Path) -> LoggedDataset:
+        from fedrec.envs.datasets.formats import MOVIELENS_ATOMIC, load_atomic
+
+        return load_atomic(directory, prefix, name=name, **MOVIELENS_ATOMIC)
+
+    return read
 
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -94,7 +110,7 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetSpec(
             name="ml-20m",
             title="MovieLens 20M",
-            layouts=((("ratings.csv",), functools.partial(load_ml_csv, name="ml-20m")),),
+            layouts=((("ratings.csv",), _reader("load_ml_csv", name="ml-20m")),),
             homepage="https://grouplens.org/datasets/movielens/20m/",
             licence="GroupLens terms: research use, no redistribution, cite Harper & Konstan (2015)",
             url="https://files.grouplens.org/datasets/movielens/ml-20m.zip",
@@ -103,7 +119,7 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetSpec(
             name="ml-25m",
             title="MovieLens 25M",
-            layouts=((("ratings.csv",), functools.partial(load_ml_csv, name="ml-25m")),),
+            layouts=((("ratings.csv",), _reader("load_ml_csv", name="ml-25m")),),
             homepage="https://grouplens.org/datasets/movielens/25m/",
             licence="GroupLens terms: research use, no redistribution, cite Harper & Konstan (2015)",
             url="https://files.grouplens.org/datasets/movielens/ml-25m.zip",
@@ -222,6 +238,9 @@ def _prepared_cached(
     num_test_negatives: int,
     seed: int,
 ) -> PreparedData:
+    from fedrec.envs.datasets.formats import LoggedDataset
+    from fedrec.envs.datasets.preprocess import prepare
+
     dataset = DATASETS[name].layouts[index][1](Path(folder))
     assert isinstance(dataset, LoggedDataset)
     return prepare(

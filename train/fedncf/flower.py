@@ -51,8 +51,10 @@ from fedrec.federation.flower_common import (
     add_partition_query,
     partition_nodes,
     replies,
+    report_round,
     simulate,
     tune_grid,
+    watch_rounds,
 )
 from fedrec.federation.flower_deploy import deploy
 from fedrec.federation.flower_secagg import SecureAggregation, secure_mod, secure_train_reply
@@ -257,6 +259,7 @@ def make_server_app(job: FedNCFJob | None = None):
         round_seconds: list[float] = []
         node_seconds: list[float] = []  # per round: the slowest node's training time
         node_rss = 0.0
+        report_round(this.result_path, 0, total)  # the bar starts with the training
         for r in range(total):
             began = time.perf_counter()
             groups, users = select_round(
@@ -272,6 +275,7 @@ def make_server_app(job: FedNCFJob | None = None):
                 users_of = {pid: users[owner == pid] for pid in np.unique(owner).tolist()}
                 items, network = secure.round(r, users_of, items, network)
                 round_seconds.append(time.perf_counter() - began)
+                report_round(this.result_path, r + 1, total)
                 continue
             messages = [
                 Message(
@@ -299,6 +303,7 @@ def make_server_app(job: FedNCFJob | None = None):
                 aggregator, None, items=items, network=network, updates=updates
             )
             round_seconds.append(time.perf_counter() - began)
+            report_round(this.result_path, r + 1, total)  # the command's progress bar
         train_seconds = time.perf_counter() - start
         result: dict[str, Any] = {"hit_rate": None, "ndcg": None, "users": 0}
         if not this.dataset.startswith(SYNTHETIC_PREFIX):  # synthetic users have no test data
@@ -386,11 +391,13 @@ def run_simulation(
     secure: bool = False,
     verbose: bool = False,
     return_model: bool = False,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Train FedNCF on Flower's simulation engine (Ray) with ``num_nodes`` SuperNodes; returns
     the final HR@K / NDCG@K (federated evaluation), the rounds and the training time.
     ``secure``: aggregate with Flower's SecAgg+ (:mod:`fedrec.federation.flower_secagg`);
-    ``return_model``: also return the final global ``items`` and ``network`` arrays."""
+    ``return_model``: also return the final global ``items`` and ``network`` arrays;
+    ``progress``: a bar of the finished aggregation rounds, with the ETA, on stderr."""
     config = config or FLOWER_DEFAULTS
     check_supported(config, num_nodes, secure)
     if data_dir is not None:
@@ -398,7 +405,8 @@ def run_simulation(
     with tempfile.TemporaryDirectory() as tmp:
         result = str(Path(tmp) / "result.json")
         job = FedNCFJob(dataset, data_dir, config, num_nodes, result, secure=secure)
-        simulate(__name__, job.to_json(), num_nodes=num_nodes, verbose=verbose)
+        with watch_rounds(job.result_path, enabled=progress):
+            simulate(__name__, job.to_json(), num_nodes=num_nodes, verbose=verbose)
         if not Path(job.result_path).is_file():
             raise RuntimeError("the Flower run ended without a result (see its log above)")
         answer = json.loads(Path(job.result_path).read_text())
@@ -424,10 +432,12 @@ def run_deployment(
     secure: bool = False,
     timeout: float = 3600.0,
     log_dir: str | Path | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Train FedNCF on a real Flower deployment on loopback: a SuperLink and ``num_nodes``
     SuperNodes as separate processes (:func:`fedrec.federation.flower_deploy.deploy`), stopped
-    at the end; returns what :func:`run_simulation` returns."""
+    at the end; returns what :func:`run_simulation` returns (``progress``: a bar of the
+    finished aggregation rounds on stderr)."""
     config = config or FLOWER_DEFAULTS
     check_supported(config, num_nodes, secure)
     if data_dir is not None:
@@ -440,4 +450,5 @@ def run_deployment(
         num_nodes=num_nodes,
         timeout=timeout,
         log_dir=log_dir,
+        progress=progress,
     )

@@ -61,8 +61,10 @@ from fedrec.federation.flower_common import (
     job_of,
     partition_nodes,
     replies,
+    report_round,
     simulate,
     tune_grid,
+    watch_rounds,
 )
 from fedrec.federation.privacy import GaussianMechanism, fel_epsilon, validate_dp_arguments
 from fedrec.train.fel.clusters import cluster_clients
@@ -394,9 +396,11 @@ def _train_on_nodes(
     *,
     num_nodes: int,
     phase: int,
+    progress: tuple[str, int, int] | None = None,
 ) -> tuple[Any, list[float]]:
     """:func:`~fedrec.train.fel.train_federated` with the clients' local training on the nodes;
-    returns its :class:`~fedrec.agents.fel_model.FederatedResult` and the seconds of every round."""
+    returns its :class:`~fedrec.agents.fel_model.FederatedResult` and the seconds of every round.
+    ``progress``: (result path, rounds done before, total rounds) for the command's bar."""
     from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
     data = shard.data
@@ -467,6 +471,8 @@ def _train_on_nodes(
             generator=gen,
         )
         seconds.append(time.perf_counter() - began)
+        if progress is not None:
+            report_round(progress[0], progress[1] + r + 1, progress[2])
     privacy = None
     if config.dp is not None:
         mechanism = GaussianMechanism(float(z), config.sample_rate, config.rounds)
@@ -492,9 +498,18 @@ def make_server_app(job: FELJob | None = None):
         assignment = this.clustering.assign(data)
         tune_grid(grid)
         nodes = partition_nodes(grid, this.num_nodes)
+        total = config.rounds * (2 if this.baseline else 1)
+        report_round(this.result_path, 0, total)  # the command's bar starts with the training
         start = time.perf_counter()
         fel, seconds = _train_on_nodes(
-            grid, nodes, shard, assignment, config, num_nodes=this.num_nodes, phase=0
+            grid,
+            nodes,
+            shard,
+            assignment,
+            config,
+            num_nodes=this.num_nodes,
+            phase=0,
+            progress=(this.result_path, 0, total),
         )
         train_seconds = time.perf_counter() - start
         scores, opt_in = ensemble_aucs(
@@ -522,7 +537,14 @@ def make_server_app(job: FELJob | None = None):
             zeros = np.zeros(data.num_clients, np.int64)
             began = time.perf_counter()
             base, base_seconds = _train_on_nodes(
-                grid, nodes, shard, zeros, config, num_nodes=this.num_nodes, phase=1
+                grid,
+                nodes,
+                shard,
+                zeros,
+                config,
+                num_nodes=this.num_nodes,
+                phase=1,
+                progress=(this.result_path, config.rounds, total),
             )
             result["auc"]["baseline"] = baseline_auc(data, base)
             result["baseline_client_updates"] = base.client_updates
@@ -613,12 +635,14 @@ def run_simulation(
     opt_in_fraction: float = 0.1,
     over_arch_iterations: int = 100,
     verbose: bool = False,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Train FEL's leaves (and with ``baseline`` plain FL) on Flower's simulation engine (Ray)
     with ``num_nodes`` SuperNodes; returns the test AUC of every ensemble rule, the client
     updates, ε, and the training time. ``users`` and ``ads`` size the synthetic data set
     (``data="taobao-synthetic"``, written once into ``data_dir`` or the cache);
-    ``clustering`` defaults to the data set's feature cross."""
+    ``clustering`` defaults to the data set's feature cross; ``progress``: a bar of the finished
+    rounds (FEL's, then the baseline's) with the ETA on stderr."""
     job = _job(
         data=data,
         data_dir=data_dir,
@@ -633,7 +657,8 @@ def run_simulation(
     )
     with tempfile.TemporaryDirectory() as tmp:
         job = dataclasses.replace(job, result_path=str(Path(tmp) / "result.json"))
-        simulate(__name__, job.to_json(), num_nodes=num_nodes, verbose=verbose)
+        with watch_rounds(job.result_path, enabled=progress):
+            simulate(__name__, job.to_json(), num_nodes=num_nodes, verbose=verbose)
         if not Path(job.result_path).is_file():
             raise RuntimeError("the Flower run ended without a result (see its log above)")
         return json.loads(Path(job.result_path).read_text())
@@ -660,6 +685,7 @@ def run_deployment(
     over_arch_iterations: int = 100,
     timeout: float = 3600.0,
     log_dir: str | Path | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Train FEL on a real Flower deployment on loopback: a SuperLink and ``num_nodes``
     SuperNodes as separate processes (:func:`fedrec.federation.flower_deploy.deploy`), stopped
@@ -684,6 +710,7 @@ def run_deployment(
         num_nodes=num_nodes,
         timeout=timeout,
         log_dir=log_dir,
+        progress=progress,
     )
 
 

@@ -1,8 +1,13 @@
 """fedrec's agents on SARDINE's TopK environments: random, SARDINE's greedy oracle, SlateQ,
 REINFORCE-TopK and SAC+TopK, several seeds, mean ± 95% CI across seeds (docs/sardine.md).
 
-    python benchmarks/sardine_table.py                      # the table in docs/sardine.md
-    python benchmarks/sardine_table.py --episodes 10 --seeds 5 --eval-episodes 50
+    python benchmarks/sardine_table.py --episodes 20 --seeds 5 --eval-episodes 100   # docs/sardine.md
+    python benchmarks/sardine_table.py --envs sardine/SlateTopK-Bored-fedrec-v0 --out /tmp/bored
+    python benchmarks/sardine_table.py --merge /tmp/bored /tmp/boredinf /tmp/uncertain
+
+Every cell (env, policy, seed) is seeded on its own, so runs over disjoint envs or seeds
+(``--envs``, ``--first-seed``) give the cells of one run over all of them; ``--merge`` writes
+their table.
 
 Needs the ``sardine`` extra (``pip install "fedrec[sardine]"``). Each learner trains for
 ``--episodes`` user-episodes (100 steps each) on ``--num-envs`` users in parallel with the
@@ -204,19 +209,69 @@ def table_markdown(cells: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n" + note
 
 
+def merge(folders: list[Path], out: Path) -> int:
+    """Merge the ``table.json`` of runs over disjoint seeds (or envs) with the same budget into
+    ``out``: the table is the one a single run over all their seeds would write."""
+    runs = [json.loads((folder / "table.json").read_text()) for folder in folders]
+    budget = ("episodes", "num_envs", "eval_episodes", "configs")
+    first = runs[0]["meta"]
+    for run in runs[1:]:
+        if any(run["meta"][key] != first[key] for key in budget):
+            raise SystemExit(f"cannot merge runs with different budgets: {budget}")
+    cells = sorted(
+        (cell for run in runs for cell in run["cells"]),
+        key=lambda c: (ENVS.index(c["env"]) if c["env"] in ENVS else len(ENVS), c["seed"]),
+    )
+    keys = {(c["env"], c["policy"], c["seed"]) for c in cells}
+    if len(keys) != len(cells):
+        raise SystemExit("the runs overlap: a cell (env, policy, seed) appears twice")
+    seeds = sorted({c["seed"] for c in cells})
+    meta = {
+        **{key: first[key] for key in budget},
+        "seeds": len(seeds),
+        "first_seed": seeds[0],
+        "merged_from": [run["meta"]["command"] for run in runs],
+        "command": "python benchmarks/sardine_table.py --merge "
+        + " ".join(str(folder) for folder in folders),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    markdown = table_markdown(cells, meta)
+    (out / "table.md").write_text(markdown)
+    (out / "table.json").write_text(json.dumps({"meta": meta, "cells": cells}, indent=1))
+    print(markdown)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", nargs="+", default=list(ENVS))
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
     parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--episodes", type=int, default=10, help="training episodes per learner")
+    parser.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="run seeds first-seed .. first-seed + seeds - 1 (each cell is seeded on its own, so "
+        "runs over disjoint seeds can be merged with --merge)",
+    )
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        default=None,
+        help="instead of running, merge the table.json files of these folders into --out",
+    )
+    parser.add_argument("--episodes", type=int, default=20, help="training episodes per learner")
     parser.add_argument("--num-envs", type=int, default=8)
-    parser.add_argument("--eval-episodes", type=int, default=50)
+    parser.add_argument("--eval-episodes", type=int, default=100)
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "sardine")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.out)
     torch.set_num_threads(1)
     meta = {
         "seeds": args.seeds,
+        "first_seed": args.first_seed,
         "episodes": args.episodes,
         "num_envs": args.num_envs,
         "eval_episodes": args.eval_episodes,
@@ -227,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     cells: list[dict[str, Any]] = []
     markdown = ""
     for env_id in args.envs:
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             for policy in args.policies:
                 cell = run_cell(
                     env_id,

@@ -26,8 +26,10 @@ Rerank) and then terminates; the reset itself shows the user one random slate, a
 
 fedrec registers each of SARDINE's ids ``sardine/<Name>-v0`` as ``sardine/<Name>-fedrec-v0``
 (SARDINE registers its own ids on import, so the adapter needs names of its own), when the
-``sardine`` package is installed (:data:`SARDINE_IDS`). ``gymnasium.make_vec`` gives Gymnasium's
-``SyncVectorEnv`` over copies (there is no native batched version); ``state_dict`` /
+``sardine`` package is installed (:data:`SARDINE_IDS`). ``gymnasium.make_vec`` gives
+:class:`SardineVectorEnv`: copies stepped one after the other (SARDINE has no batched simulator),
+the same episodes as Gymnasium's ``SyncVectorEnv``, with the whole batch validated before any user
+steps and fedrec's three autoreset modes; ``state_dict`` /
 ``load_state_dict`` make training runs resumable.
 """
 
@@ -41,10 +43,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
 
 from fedrec.envs.hidden import HIDDEN_INFO_KEYS
-from fedrec.envs.slates import SlateSpace, validate_slates
+from fedrec.envs.slates import SlateBatchSpace, SlateSpace, reject_finished, validate_slates
 from fedrec.envs.state import StateReader, generator_state
+from fedrec.envs.vector_utils import check_vector_args, parse_autoreset_mode, reset_mask
 
 Observation = dict[str, np.ndarray]
 
@@ -123,6 +128,17 @@ class SardineEnv(gym.Env[Observation, np.ndarray]):
     :param sardine_id: the SARDINE id whose registered parameters to use.
     :param overrides: SARDINE keyword arguments that replace the registered ones (e.g.
         ``episode_length``).
+
+    ## Info
+    ``slate`` and ``clicks`` (SARDINE's own observation of the slate just shown) and **hidden**
+    ground truth, declared in ``metadata["hidden_info_keys"]`` and stripped by fedrec's loops for
+    every agent that is not an oracle: ``user_state`` (SARDINE's user: current embedding, topic
+    history, boredom timers), ``bored`` (the bored topics), ``relevances`` and ``scores`` (the
+    slate's true attractiveness; after a step only) and ``oracle_slate`` (the next slate of
+    SARDINE's short-term greedy oracle, :meth:`oracle_slate`).
+
+    ## Vectorized environment
+    ``gymnasium.make_vec(id, num_envs=B)`` returns :class:`SardineVectorEnv`.
     """
 
     metadata = {"render_modes": [], HIDDEN_INFO_KEYS: HIDDEN_KEYS}
@@ -302,3 +318,182 @@ class SardineEnv(gym.Env[Observation, np.ndarray]):
         sim.norm_recent_topics_hist = hist
         self._slate, self._clicks = slate, clicks
         self._needs_reset = needs_reset
+
+
+class SardineVectorEnv(VectorEnv):
+    """``num_envs`` SARDINE users (:class:`SardineEnv` copies) as one native batched env.
+
+    There is no batched SARDINE simulator: this steps the users one after the other, as
+    Gymnasium's ``SyncVectorEnv`` would, and gives the same observations, rewards and episode
+    ends (sub-env i is reset with seed ``seed + i``; an ended episode restarts with the sub-env's
+    own generator). What it adds is what fedrec's native vector envs promise:
+
+    * the whole batch of slates is validated before any user steps, so a rejected step
+      (``ValueError``) leaves every user as it was (``SyncVectorEnv`` would have stepped the
+      users before the faulty row);
+    * Gymnasium 1.x autoreset ``NEXT_STEP`` (default), ``SAME_STEP`` (``final_obs`` /
+      ``final_info`` as batched dicts, like the other native envs) or ``DISABLED`` (stepping a
+      finished user before ``reset(options={"reset_mask": m})`` raises
+      :class:`~fedrec.envs.slates.FinishedEpisodeError`);
+    * ``state_dict`` / ``load_state_dict`` of every user as plain data, loaded all or nothing.
+
+    :param num_envs: number of users.
+    :param sardine_id: the SARDINE id whose registered parameters to use.
+    :param overrides: SARDINE keyword arguments, as for :class:`SardineEnv`.
+    """
+
+    metadata = {
+        "render_modes": [],
+        "autoreset_mode": AutoresetMode.NEXT_STEP,
+        HIDDEN_INFO_KEYS: HIDDEN_KEYS,
+    }
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        *,
+        sardine_id: str = "sardine/SlateTopK-Bored-v0",
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        max_episode_steps: int | None = None,
+        render_mode: str | None = None,
+        **overrides: Any,
+    ) -> None:
+        check_vector_args(num_envs, render_mode, max_episode_steps, who=type(self).__name__)
+        self.envs = [SardineEnv(sardine_id, **overrides) for _ in range(num_envs)]
+        first = self.envs[0]
+        self.num_envs = num_envs
+        self.render_mode = None
+        self.max_episode_steps = max_episode_steps
+        self.metadata = {
+            **type(self).metadata,
+            "autoreset_mode": parse_autoreset_mode(autoreset_mode),
+        }
+        self.num_items, self.slate_size = first.num_items, first.slate_size
+        self.single_observation_space = first.observation_space
+        self.single_action_space = SlateSpace(self.num_items, self.slate_size)
+        self.observation_space = batch_space(first.observation_space, num_envs)
+        self.action_space = SlateBatchSpace(self.num_items, self.slate_size, num_envs)
+        self._steps = np.zeros(num_envs, dtype=np.int64)
+        self._autoreset = np.zeros(num_envs, dtype=bool)
+        self._started = False
+
+    @property
+    def autoreset_mode(self) -> AutoresetMode:
+        return self.metadata["autoreset_mode"]
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
+        super().reset(seed=seed)
+        mask = reset_mask(options, self.num_envs, started=self._started)
+        observations: list[Observation] = []
+        infos: dict[str, Any] = {}
+        for index, env in enumerate(self.envs):
+            if mask[index]:
+                obs, info = env.reset(seed=None if seed is None else seed + index)
+                infos = self._add_info(infos, info, index)
+                self._steps[index] = 0
+                self._autoreset[index] = False
+            else:
+                obs = env._observation()
+            observations.append(obs)
+        self._started = True
+        return self._stack(observations), infos
+
+    def step(
+        self, actions: np.ndarray
+    ) -> tuple[Observation, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        if not self._started:
+            raise RuntimeError("call reset() before step()")
+        mode = self.autoreset_mode
+        if mode == AutoresetMode.DISABLED:
+            reject_finished(self._autoreset)
+        resetting = self._autoreset.copy() if mode == AutoresetMode.NEXT_STEP else None
+        # The whole batch is checked before any user steps or any number is drawn.
+        slates = validate_slates(
+            actions,
+            num_candidates=self.num_items,
+            slate_size=self.slate_size,
+            batch_size=self.num_envs,
+            who="slates",
+            ignore=resetting if resetting is not None and resetting.any() else None,
+        )
+        rewards = np.zeros(self.num_envs)
+        terminated = np.zeros(self.num_envs, dtype=bool)
+        truncated = np.zeros(self.num_envs, dtype=bool)
+        observations: list[Observation] = []
+        infos: dict[str, Any] = {}
+        final_obs: dict[int, Observation] = {}
+        final_info: dict[str, Any] = {}
+        for index, env in enumerate(self.envs):
+            if resetting is not None and resetting[index]:  # NEXT_STEP: the action is ignored
+                obs, info = env.reset()
+                self._steps[index] = 0
+            else:
+                obs, reward, term, trunc, info = env.step(slates[index])
+                self._steps[index] += 1
+                limit = self.max_episode_steps
+                trunc = trunc or (not term and limit is not None and self._steps[index] >= limit)
+                rewards[index], terminated[index], truncated[index] = reward, term, trunc
+                if mode == AutoresetMode.SAME_STEP and (term or trunc):
+                    final_obs[index] = obs
+                    final_info = self._add_info(final_info, info, index)
+                    obs, info = env.reset()
+                    self._steps[index] = 0
+            observations.append(obs)
+            infos = self._add_info(infos, info, index)
+        done = terminated | truncated
+        batch = self._stack(observations)
+        if final_obs:
+            infos["final_obs"] = self._stack(
+                [final_obs.get(i, observations[i]) for i in range(self.num_envs)]
+            )
+            infos["_final_obs"] = done.copy()
+            infos["final_info"] = final_info
+            infos["_final_info"] = done.copy()
+        if mode != AutoresetMode.SAME_STEP:
+            self._autoreset = done
+        return batch, rewards, terminated, truncated, infos
+
+    def _stack(self, observations: list[Observation]) -> Observation:
+        return {key: np.stack([obs[key] for obs in observations]) for key in observations[0]}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every user's :meth:`SardineEnv.state_dict`, step counters and autoreset flags, as
+        plain data (see :mod:`fedrec.envs.state`)."""
+        return {
+            "np_random": generator_state(self._np_random),
+            "np_random_seed": self._np_random_seed,
+            "envs": [env.state_dict() for env in self.envs],
+            "steps": self._steps.copy(),
+            "autoreset": self._autoreset.copy(),
+            "started": bool(self._started),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` into an env built with the same arguments, all or nothing
+        (``ValueError`` naming the problem; nothing changes)."""
+        read = StateReader(state, type(self).__name__)
+        hint = f"num_envs={self.num_envs}"
+        rng = read.generator()
+        seed = read.seed()
+        users = read.raw("envs")
+        if not isinstance(users, list) or len(users) != self.num_envs:
+            count = len(users) if isinstance(users, list) else type(users).__name__
+            raise read.fail(
+                "envs", f"must be a list of {self.num_envs} user states, got {count} ({hint})"
+            )
+        steps = read.array("steps", (self.num_envs,), np.int64, hint=hint)
+        autoreset = read.array("autoreset", (self.num_envs,), bool, hint=hint)
+        started = read.bool("started")
+        read.finish()
+        before = [env.state_dict() for env in self.envs]
+        try:
+            for env, user in zip(self.envs, users, strict=True):
+                env.load_state_dict(user)
+        except ValueError:
+            for env, saved in zip(self.envs, before, strict=True):
+                env.load_state_dict(saved)
+            raise
+        self._np_random, self._np_random_seed = rng, seed
+        self._steps, self._autoreset, self._started = steps, autoreset, started

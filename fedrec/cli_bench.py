@@ -15,6 +15,7 @@ BENCHMARKS = {
     "fel": "fedrec.experiments.fel",
     "longterm": "fedrec.experiments.longterm",
     "ope": "fedrec.experiments.ope",
+    "zoo": "fedrec.experiments.zoo",
 }
 
 #: ``fedrec bench --help``: every benchmark, and where its files go.

@@ -15,13 +15,13 @@ from fedrec.envs.sardine import SARDINE_IDS, fedrec_id, sardine_available
 #: Parameters of ``fedrec/ChocKaleLongTerm-v0``: the FedSlate variant with a satisfaction that
 #: reacts (tau = 0.05 instead of 0.01; nothing else changes). Exposure then spans sigmoid(+-0.5),
 #: so a myopic policy that serves chocolate erodes satisfaction and the optimal planner beats it
-#: by about 35% (the sweep and the measured gap are in the README).
+#: by about 35% (the sweep and the measured gap are in docs/reference_policies.md).
 LONG_TERM_KWARGS: dict[str, Any] = {**FEDSLATE_KWARGS, "sensitivity": 0.05}
 #: Parameters of ``fedrec/ChocKaleUserTypes-v0``: the long-term env with two hidden user types,
 #: drawn with equal probability per episode: indifferent users (tau = 0, for whom the myopic
 #: highest-feature slate is optimal) and sensitive ones (tau = 0.1, for whom it is the worst). No
 #: fixed slate rule fits both; the planner is told each user's tau. The sweep behind the choice is
-#: in the README (``python benchmarks/user_types_sweep.py``).
+#: in docs/longterm.md (``python benchmarks/user_types_sweep.py``).
 USER_TYPES_KWARGS: dict[str, Any] = {**LONG_TERM_KWARGS, "user_sensitivities": (0.0, 0.1)}
 
 
@@ -116,16 +116,17 @@ USER_MODEL_ENVIRONMENTS: tuple[EnvEntry, ...] = (
 #: SARDINE's slate environments through fedrec's adapter (docs/sardine.md), registered only when
 #: the optional ``sardine`` package is installed (``fedrec[sardine]``; found without importing
 #: it). Each SARDINE id ``sardine/<Name>-v0`` becomes ``sardine/<Name>-fedrec-v0``: SARDINE
-#: registers its own ids, with its own observations, when it is imported. They are registered
-#: but kept out of :data:`ENVIRONMENTS` (and `fedrec envs`) for now: the suites that require
-#: every entry there to be fuzzed and oracle-gated do not cover them yet (tests/test_sardine.py
-#: does).
+#: registers its own ids, with its own observations, when it is imported. They are part of
+#: :data:`ENVIRONMENTS` (and `fedrec envs`) when registered, so the suites over every entry
+#: (fuzzing, exact resume, hidden keys and the oracle gate) cover them; tests/test_sardine.py
+#: adds parity with SARDINE's own envs.
 SARDINE_ENVIRONMENTS: tuple[EnvEntry, ...] = (
     tuple(
         EnvEntry(
             id=fedrec_id(sardine_id),
             api="gymnasium",
             entry_point="fedrec.envs.sardine:SardineEnv",
+            vector_entry_point="fedrec.envs.sardine:SardineVectorEnv",
             kwargs={"sardine_id": sardine_id},
             description=f"SARDINE's {sardine_id} with fedrec's observations and slate actions.",
         )
@@ -138,13 +139,16 @@ SARDINE_ENVIRONMENTS: tuple[EnvEntry, ...] = (
 
 #: Every registered environment, in the order `fedrec envs` lists them.
 ENVIRONMENTS: tuple[EnvEntry, ...] = (
-    CHOC_KALE_ENVIRONMENTS + USER_MODEL_ENVIRONMENTS + LOGGED_DATA_ENVIRONMENTS
+    CHOC_KALE_ENVIRONMENTS
+    + USER_MODEL_ENVIRONMENTS
+    + SARDINE_ENVIRONMENTS
+    + LOGGED_DATA_ENVIRONMENTS
 )
 
 
 def register_all() -> None:
     """Register every id with its library (idempotent: re-import does not warn)."""
-    for entry in ENVIRONMENTS + SARDINE_ENVIRONMENTS:
+    for entry in ENVIRONMENTS:
         if entry.api == "gymnasium":
             if entry.id in gymnasium.registry:
                 continue

@@ -32,12 +32,16 @@ INTEREST_EVOLUTION_HIDDEN = frozenset({"budget_left", "candidate_quality"})
 CASCADE_HIDDEN = frozenset(
     {"candidate_attraction", "slate_click_probability", "optimal_click_probability"}
 )
+#: SARDINE's envs (the ``sardine`` extra): its user state, boredom, the slate's true relevances
+#: and scores, and its greedy oracle's next slate.
+SARDINE_HIDDEN = frozenset({"user_state", "bored", "relevances", "scores", "oracle_slate"})
 ALL_HIDDEN = (
     CHOC_KALE_HIDDEN
     | LOGGED_EVALUATION_HIDDEN
     | LOGGED_INTERACTION_HIDDEN
     | INTEREST_EVOLUTION_HIDDEN
     | CASCADE_HIDDEN
+    | SARDINE_HIDDEN
 )
 
 

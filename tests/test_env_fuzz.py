@@ -79,6 +79,8 @@ def _kwargs(env_id: str, mode: str, data_dir: Path) -> dict[str, Any]:
         return {"time_budget": 3}
     if env_id == INTEREST_EVOLUTION:  # minutes: 1-6 steps
         return {"time_budget": 3.0}
+    if env_id.startswith("sardine/"):  # SARDINE's envs (the extra), 1,000 or 10 items
+        return {"episode_length": 3}
     if env_id == TAOBAO:
         return {"data_dir": data_dir, "split": "all", "max_episode_steps": 3}
     if mode == "evaluation":
@@ -128,6 +130,11 @@ def _state(env: Any) -> dict[str, Any]:
 
 
 def _valid_slate(num_candidates: int, slate_size: int) -> st.SearchStrategy[np.ndarray]:
+    if num_candidates > 64:  # SARDINE's 1,000 items: a permutation of all would be huge data
+        return st.lists(
+            st.integers(0, num_candidates - 1), min_size=slate_size, max_size=slate_size,
+            unique=True,
+        ).map(lambda items: np.array(items, dtype=np.int64))  # fmt: skip
     return st.permutations(range(num_candidates)).map(
         lambda order: np.array(order[:slate_size], dtype=np.int64)
     )

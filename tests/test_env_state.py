@@ -38,6 +38,8 @@ def _kwargs(env_id: str, data_dir: Path, mode: str = "interaction") -> dict[str,
         return {**SLATE, "time_budget": 5}
     if env_id == "fedrec/InterestEvolution-v0":  # minutes: 2-10 steps
         return {**SLATE, "time_budget": 5.0}
+    if env_id.startswith("sardine/"):  # SARDINE's envs (the extra): its catalogue and slate
+        return {"episode_length": 5}
     if env_id == "fedrec/TaobaoAds-v0":
         return {"data_dir": data_dir, "max_episode_steps": 3}
     if mode == "evaluation":

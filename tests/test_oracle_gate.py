@@ -23,6 +23,7 @@ from info_spy import (
     LOGGED_EVALUATION_HIDDEN,
     LOGGED_INTERACTION_HIDDEN,
     RECORDS,
+    SARDINE_HIDDEN,
     InfoSpy,
     OracleSpy,
     hidden_values,
@@ -40,6 +41,7 @@ from fedrec.envs.multi_platform import ChocKaleMultiPlatformBatchEnv, ChocKaleMu
 from fedrec.eval.rollout import evaluate_policy
 from fedrec.registration import (
     CHOC_KALE_ENVIRONMENTS,
+    SARDINE_ENVIRONMENTS,
     USER_MODEL_ENVIRONMENTS,
     environment_ids,
 )
@@ -59,10 +61,13 @@ MODEL_HIDDEN = {
 }
 MODEL_IDS = [e.id for e in USER_MODEL_ENVIRONMENTS]
 LOGGED_IDS = [e.id for e in LOGGED_DATA_ENVIRONMENTS if "dataset" in e.kwargs]
+#: SARDINE's envs, registered when the ``sardine`` extra is installed (none otherwise).
+SARDINE_IDS = [e.id for e in SARDINE_ENVIRONMENTS]
 #: (env id, mode) of every registered Gymnasium env; mode None: the env has one.
 CASES = [
     *[(env_id, None) for env_id in CHOC_IDS],
     *[(env_id, None) for env_id in MODEL_IDS],
+    *[(env_id, None) for env_id in SARDINE_IDS],
     *[(env_id, mode) for env_id in LOGGED_IDS for mode in ("interaction", "evaluation")],
     (TAOBAO, None),
 ]
@@ -75,6 +80,8 @@ def declared(env_id: str, mode: str | None) -> frozenset[str]:
         return CHOC_KALE_HIDDEN
     if env_id in MODEL_HIDDEN:
         return MODEL_HIDDEN[env_id]
+    if env_id in SARDINE_IDS:
+        return SARDINE_HIDDEN
     if env_id == TAOBAO:
         return frozenset()
     return LOGGED_EVALUATION_HIDDEN if mode == "evaluation" else LOGGED_INTERACTION_HIDDEN
@@ -91,6 +98,8 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def env_kwargs(env_id: str, mode: str | None, data_dir: Path) -> dict:
     if env_id in CHOC_IDS or env_id in MODEL_IDS:
         return dict(TINY)
+    if env_id in SARDINE_IDS:  # SARDINE's catalogue and slate size; short episodes
+        return {"episode_length": TINY["time_budget"]}
     if env_id == TAOBAO:
         return {"data_dir": str(data_dir)}
     short = {"max_steps": 3} if mode == "interaction" else {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from gymnasium.vector import AutoresetMode
 
 pytest.importorskip("sardine")
 
@@ -21,10 +23,11 @@ from fedrec.agents.sac_topk import SACTopKAgent, SACTopKConfig
 from fedrec.agents.slateq import SlateQAgent, SlateQConfig
 from fedrec.cli import main
 from fedrec.envs.hidden import hidden_info_keys
-from fedrec.envs.sardine import HIDDEN_KEYS, SARDINE_IDS, SardineEnv, fedrec_id
+from fedrec.envs.sardine import HIDDEN_KEYS, SARDINE_IDS, SardineEnv, SardineVectorEnv, fedrec_id
 from fedrec.registration import SARDINE_ENVIRONMENTS
 
 BORED = "sardine/SlateTopK-Bored-fedrec-v0"
+SARDINE_TABLE = Path(__file__).resolve().parents[1] / "benchmarks" / "sardine_table.py"
 
 
 def _slates(seed: int, env: SardineEnv, count: int) -> list[np.ndarray]:
@@ -37,7 +40,7 @@ def test_every_sardine_id_is_registered() -> None:
     assert fedrec_id("sardine/SlateTopK-Bored-v0") == BORED
     for entry in SARDINE_ENVIRONMENTS:
         assert entry.id in gym.registry
-    assert BORED not in fedrec.environment_ids()  # kept out of the suites over ENVIRONMENTS
+    assert BORED in fedrec.environment_ids()  # so the suites over every entry cover them
 
 
 @pytest.mark.parametrize(
@@ -116,6 +119,79 @@ def test_state_dict_resumes_bit_for_bit() -> None:
             np.testing.assert_array_equal(a[key], b[key])
     with pytest.raises(ValueError, match="unexpected keys"):
         twin.load_state_dict({**env.state_dict(), "extra": 1})
+
+
+@pytest.mark.parametrize("autoreset", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_native_vector_env_gives_sync_vector_envs_episodes(autoreset: AutoresetMode) -> None:
+    """make_vec's SardineVectorEnv: the same observations, rewards and episode ends as
+    Gymnasium's SyncVectorEnv over the single env (so runs made with either agree)."""
+    kwargs = {"num_envs": 3, "episode_length": 4}
+    native = gym.make_vec(BORED, autoreset_mode=autoreset, **kwargs)
+    sync = gym.make_vec(
+        BORED, vectorization_mode="sync", vector_kwargs={"autoreset_mode": autoreset}, **kwargs
+    )
+    assert isinstance(native, SardineVectorEnv)
+    assert hidden_info_keys(native) == HIDDEN_KEYS
+    a, _ = native.reset(seed=3)
+    b, _ = sync.reset(seed=3)
+    rng = np.random.default_rng(0)
+    ended = 0
+    for _ in range(11):
+        slates = np.stack([rng.choice(1000, 10, replace=False) for _ in range(3)])
+        a, ra, ta, ua, info_a = native.step(slates)
+        b, rb, tb, ub, info_b = sync.step(slates)
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
+        for x, y in ((ra, rb), (ta, tb), (ua, ub)):
+            np.testing.assert_array_equal(x, y)
+        np.testing.assert_array_equal(info_a["clicks"], info_b["clicks"])
+        for user in np.flatnonzero(ta) if autoreset == AutoresetMode.SAME_STEP else []:
+            for key in a:  # batched final observations here, SyncVectorEnv's per user
+                np.testing.assert_array_equal(
+                    info_a["final_obs"][key][user], info_b["final_obs"][user][key]
+                )
+        ended += int(ta.sum())
+    assert ended >= 3
+
+
+def test_native_vector_env_refuses_a_bad_row_before_any_user_steps() -> None:
+    envs = gym.make_vec(BORED, num_envs=2, episode_length=4)
+    envs.reset(seed=0)
+    before = envs.unwrapped.state_dict()
+    slates = np.stack([np.arange(10), np.zeros(10, dtype=np.int64)])  # row 1 repeats an item
+    with pytest.raises(ValueError, match="repeats"):
+        envs.step(slates)
+    after = envs.unwrapped.state_dict()
+    for old, new in zip(before["envs"], after["envs"], strict=True):
+        np.testing.assert_array_equal(old["cur_user_embedd"], new["cur_user_embedd"])
+        assert old["np_random"] == new["np_random"] and old["t"] == new["t"]
+
+
+def test_sardine_table_merges_runs_over_disjoint_seeds(tmp_path: Path) -> None:
+    """benchmarks/sardine_table.py --merge: runs over seeds 0-2 and 3-4 give one 5-seed table."""
+    spec = importlib.util.spec_from_file_location("sardine_table", SARDINE_TABLE)
+    assert spec is not None and spec.loader is not None
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    budget = {"episodes": 2, "num_envs": 2, "eval_episodes": 3, "configs": {}}
+    for first, seeds in ((0, 3), (3, 2)):
+        cells = [
+            {"env": BORED, "policy": policy, "seed": seed, "eval_mean": float(seed)}
+            for seed in range(first, first + seeds)
+            for policy in ("random", "sac_topk")
+        ]
+        meta = {**budget, "seeds": seeds, "first_seed": first, "command": f"run {first}"}
+        (tmp_path / str(first)).mkdir()
+        (tmp_path / str(first) / "table.json").write_text(
+            json.dumps({"meta": meta, "cells": cells})
+        )
+    out = tmp_path / "merged"
+    assert table.main(["--merge", str(tmp_path / "0"), str(tmp_path / "3"), "--out", str(out)]) == 0
+    merged = json.loads((out / "table.json").read_text())
+    assert merged["meta"]["seeds"] == 5 and len(merged["cells"]) == 10
+    assert "| random | 2.0 ± 2.0 |" in (out / "table.md").read_text()  # mean of 0..4, t CI
+    with pytest.raises(SystemExit, match="overlap"):
+        table.main(["--merge", str(tmp_path / "0"), str(tmp_path / "0"), "--out", str(out)])
 
 
 def test_hidden_keys_are_stripped_for_learners() -> None:

@@ -11,7 +11,8 @@ the spread over data sets and the truth's Monte Carlo error), standard deviation
 coverage of the estimator's own 95% intervals. The slate settings run slate IPS, IIPS, RIPS,
 PseudoInverse and Cascade-DR (and the bandit estimators where only the top item counts), the
 episodic ones PDIS, WDR and MIS with the state ratio set to 1. Writes SETTING.json per setting (a
-finished one with the same configuration is read, not recomputed), ope.md and ope.csv.
+finished one with the same configuration is read, not recomputed), ope.md and ope.csv. The default
+run took 20 min on this project's 2-core machine under load (a progress bar shows the ETA).
 """
 
 from __future__ import annotations

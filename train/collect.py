@@ -66,14 +66,14 @@ class CollectedData:
     action_space: gym.spaces.Space
 
 
-def _components(name: str, env: Any, seed: int) -> tuple[str, SlateAgent | None]:
+def policy_components(name: str, env: Any, seed: int) -> tuple[str, SlateAgent | None]:
     if name == UNIFORM:
         return UNIFORM, None
     cls = resolve_agent(name)
     return name, cls.from_env(env, config=make_config(cls), seed=seed)
 
 
-def _check_deterministic(name: str, agent: SlateAgent, observations: Any, infos: Any) -> None:
+def check_deterministic(name: str, agent: SlateAgent, observations: Any, infos: Any) -> None:
     """Refuse an agent whose slates change with its random generator (unknown propensities).
 
     The two probes act on copies, so the agent's own state (its generator, a per-user step count)
@@ -90,7 +90,7 @@ def _check_deterministic(name: str, agent: SlateAgent, observations: Any, infos:
         )
 
 
-def _component_propensities(
+def component_propensities(
     kind: str, proposed: np.ndarray | None, slates: np.ndarray, num_candidates: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(slate (B,), slot (B, K), prefix (B, K)) probabilities of ``slates`` under a component."""
@@ -176,7 +176,7 @@ def collect(
         if agents is None:
             agents = []
             for weight, name in components:
-                kind, agent = _components(name, env, seed)
+                kind, agent = policy_components(name, env, seed)
                 agents.append((weight, kind, agent))
             observation_space = env.single_observation_space
             action_space = gym.spaces.MultiDiscrete(np.full(slate_size, num_candidates))
@@ -185,7 +185,7 @@ def collect(
             if agent is not None:
                 agent.begin_episodes(np.ones(size, dtype=bool))
                 if batch_index == 0:
-                    _check_deterministic(
+                    check_deterministic(
                         kind, agent, observations, visible_infos(agent, infos, hidden)
                     )
         episodes_of = [
@@ -213,7 +213,7 @@ def collect(
             for (weight, kind, _), proposed in zip(agents, proposals, strict=True):
                 if weight == 0:
                     continue
-                a, b, c = _component_propensities(kind, proposed, slates, num_candidates)
+                a, b, c = component_propensities(kind, proposed, slates, num_candidates)
                 slate_p += weight * a
                 slot_p += weight * b
                 prefix_p += weight * c

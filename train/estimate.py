@@ -37,11 +37,11 @@ from fedrec.eval.rollout import EVAL_SEED_OFFSET, evaluate_policy
 from fedrec.eval.stats import mean_ci
 from fedrec.train.collect import (
     UNIFORM,
-    _check_deterministic,
-    _component_propensities,
-    _components,
+    check_deterministic,
+    component_propensities,
+    policy_components,
 )
-from fedrec.train.offline import LoggingPolicy, _single_env, load_offline_dataset
+from fedrec.train.offline import LoggingPolicy, load_offline_dataset, single_env
 
 __all__ = ["ESTIMATORS", "EstimateReport", "estimate_dataset", "parse_target"]
 
@@ -132,13 +132,13 @@ def _target_proposals(
 ) -> np.ndarray | None:
     """The deterministic target component's slate at every (episode, step): (n, T, K), replayed
     on the logged observations (a finished episode repeats its last one); None for 'random'."""
-    kind, agent = _components(name, env, seed)
+    kind, agent = policy_components(name, env, seed)
     if agent is None:
         return None
     n, horizon = rows.shape
     agent.begin_episodes(np.ones(n, dtype=bool))
     first = {key: value[rows[:, 0]] for key, value in observations.items()}
-    _check_deterministic(kind, agent, first, None)
+    check_deterministic(kind, agent, first, None)
     out = []
     for t in range(horizon):
         batch = {key: value[rows[:, t]] for key, value in observations.items()}
@@ -185,7 +185,7 @@ def estimate_dataset(
     assert dataset.lengths is not None
     rows, mask = _episode_rows(dataset.lengths)
     observations = {k[4:]: v for k, v in data.items() if k.startswith("obs/")}
-    env = _single_env(dataset.env_id, dataset.env_kwargs)
+    env = single_env(dataset.env_id, dataset.env_kwargs)
     try:
         num_candidates = num_candidates or int(env.single_action_space.num_candidates)
         proposals = _target_proposals(name, env, seed, observations, rows)
@@ -196,7 +196,7 @@ def estimate_dataset(
     target_p = [np.zeros(len(slates)), np.zeros(slates.shape), np.zeros(slates.shape)]
     for weight, kind, proposed in components:
         if weight > 0:
-            parts = _component_propensities(kind, proposed, slates, num_candidates)
+            parts = component_propensities(kind, proposed, slates, num_candidates)
             for total, part in zip(target_p, parts, strict=True):
                 total += weight * part
     logger = str(meta.get("logger") or meta["policy"])
@@ -229,7 +229,7 @@ def estimate_dataset(
         proposals=flat,
         epsilon=epsilon,
         num_candidates=num_candidates,
-        scores=validation._scores(observations),
+        scores=validation.item_scores(observations),
         rows=rows,
         mask=mask,
     )
@@ -313,7 +313,7 @@ def true_value(
 ) -> dict[str, float]:
     """The target's Monte Carlo value on the env: mean return of ``episodes`` episodes (seeds
     ``EVAL_SEED_OFFSET + seed`` on), its standard error and ``confidence`` half-width."""
-    env = _single_env(env_id, env_kwargs)
+    env = single_env(env_id, env_kwargs)
     target = {"policy": name, "epsilon": epsilon, "mixture_with": UNIFORM}
     policy = LoggingPolicy(env, target, seed=EVAL_SEED_OFFSET + seed)
     env.close()

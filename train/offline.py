@@ -151,7 +151,7 @@ def load_offline_dataset(
         )
     if not episodes:
         raise _bad(path, "it holds no episodes")
-    env = _single_env(recorded_id, recorded_kwargs)
+    env = single_env(recorded_id, recorded_kwargs)
     space = env.single_observation_space
     action_shape = env.single_action_space.shape
     num_candidates = int(getattr(env.single_action_space, "num_candidates", 0) or 0)
@@ -224,7 +224,8 @@ def _episode_infos(
         extra.setdefault(key, []).append(value)
 
 
-def _single_env(env_id: str, env_kwargs: Mapping[str, Any]) -> Any:
+def single_env(env_id: str, env_kwargs: Mapping[str, Any]) -> Any:
+    """A one-user batched env of a dataset's id and kwargs (kwargs errors named in one line)."""
     try:
         with env_kwargs_errors(env_id, env_kwargs):
             return gym.make_vec(env_id, num_envs=1, **dict(env_kwargs))
@@ -411,7 +412,7 @@ class OfflineTrainer(Trainer):
         self.dataset = dataset or load_offline_dataset(
             config.dataset, env_id=config.env_id, env_kwargs=config.env_kwargs
         )
-        env = _single_env(self.dataset.env_id, self.dataset.env_kwargs)
+        env = single_env(self.dataset.env_id, self.dataset.env_kwargs)
         self.agent = agent if isinstance(agent, SlateAgent) else agent(env)
         env.close()
         if not is_offline(type(self.agent)):
@@ -515,7 +516,7 @@ def offline_evaluation(
     eval_seed = EVAL_SEED_OFFSET + seed
     policies: dict[str, SlateAgent] = {"agent": agent}
     if references:
-        env = _single_env(dataset.env_id, dataset.env_kwargs)
+        env = single_env(dataset.env_id, dataset.env_kwargs)
         policies["logger"] = LoggingPolicy(env, dataset.metadata, seed=eval_seed)
         try:
             params = env_params(env)

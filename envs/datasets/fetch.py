@@ -32,7 +32,7 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from fedrec.envs.datasets.catalog import DatasetSpec, data_root, load, spec_of
 
@@ -79,9 +79,12 @@ def download(url: str, destination: Path, *, timeout: float = 10.0, log: Callabl
     partial = destination.with_suffix(destination.suffix + ".part")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            with partial.open("wb") as out:
-                shutil.copyfileobj(response, out, 1 << 20)
             expected = response.headers.get("Content-Length")
+            total = int(expected) if expected is not None and expected.isdigit() else None
+            with partial.open("wb") as out, _progress(total, destination.name) as bar:
+                for block in iter(lambda: response.read(1 << 20), b""):
+                    out.write(block)
+                    bar.update(len(block))
             size = partial.stat().st_size
             if expected is not None and expected.isdigit() and int(expected) != size:
                 raise FetchError(
@@ -94,6 +97,13 @@ def download(url: str, destination: Path, *, timeout: float = 10.0, log: Callabl
     finally:
         partial.unlink(missing_ok=True)
     return destination
+
+
+def _progress(total: int | None, name: str) -> Any:
+    """A byte progress bar with the ETA on stderr, shown on a terminal only (tqdm's ``disable=None``)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=name, unit="B", unit_scale=True, disable=None, leave=False)
 
 
 def _one_line(error: object) -> str:

@@ -298,7 +298,7 @@ def _make_env(setting: Setting, num: int) -> Any:
     return gym.make_vec(setting.env_id, num_envs=num, **setting.env_kwargs, **extra)
 
 
-def _scores(observation: Mapping[str, np.ndarray]) -> np.ndarray:
+def item_scores(observation: Mapping[str, np.ndarray]) -> np.ndarray:
     """Per-candidate scores (B, N): the feature, or the user's affinity with the topic."""
     candidates = np.asarray(observation["candidates"], dtype=np.float64)
     if candidates.shape[-1] == 1:
@@ -366,7 +366,7 @@ def _roll_chunk(
     steps: list[dict[str, np.ndarray]] = []
     while active.any():
         views = [observations[a] for a in agents] if setting.multi_platform else [observations]
-        scores = [_scores(v) for v in views]
+        scores = [item_scores(v) for v in views]
         slates = [sample_slates(rng, s, beta, slate_size) for s in scores]
         if setting.multi_platform:
             observations, rewards, terminated, truncated, infos = env.step(

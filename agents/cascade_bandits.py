@@ -36,6 +36,7 @@ batch of B users is B rounds of the bandit. The shared pieces (:func:`layout_of`
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -218,6 +219,38 @@ class Ridge:
             raise ValueError(f"saved ridge model has dimension {len(b)}, expected {len(self.b)}")
         self.gram, self.a_inv, self.b = gram, a_inv, b
         self.theta = self.a_inv @ self.b
+
+
+# --------------------------------------------------------------------------- linear UCB slates
+class LinearUCBSlateAgent(SlateAgent):
+    """A slate of the K highest scores of a ridge model over per-candidate features: greedy
+    acts on the mean, exploration on the upper confidence bound (``config.alpha`` widths). A
+    subclass sets ``layout``, ``config``, ``model`` (a :class:`Ridge`) and ``rounds`` and
+    gives :meth:`features` and ``learn``."""
+
+    layout: Layout
+    model: Ridge
+    rounds: int
+
+    @abc.abstractmethod
+    def features(self, observations: Observation) -> np.ndarray:
+        """phi of every candidate: (B, N, d)."""
+
+    def act_batch(self, observations: Observation, *, infos: Info | None = None) -> np.ndarray:
+        return top_slates(self.model.mean(self.features(observations)), self.slate_size)
+
+    def explore_batch(self, observations: Observation, *, infos: Info | None = None) -> np.ndarray:
+        phi = self.features(observations)
+        ucb = self.model.mean(phi) + self.config.alpha * self.model.width(phi)
+        return top_slates(ucb, self.slate_size)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "model": self.model.state_dict(), "rounds": self.rounds}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        super().load_state_dict(state)
+        self.rounds = int(state["rounds"])
 
 
 # --------------------------------------------------------------------------- CascadeUCB1
@@ -408,7 +441,7 @@ class CascadeLinUCBConfig:
             )
 
 
-class CascadeLinUCBAgent(SlateAgent):
+class CascadeLinUCBAgent(LinearUCBSlateAgent):
     """CascadeLinUCB (Zong et al., UAI 2016): attraction linear in the item features, ridge
     regression on the cascade feedback (examined items above the click: 0, the clicked: 1)."""
 
@@ -434,14 +467,6 @@ class CascadeLinUCBAgent(SlateAgent):
         assert items is not None
         return polynomial(items.scaled(np.asarray(observations[items.key])), self.config.degree)
 
-    def act_batch(self, observations: Observation, *, infos: Info | None = None) -> np.ndarray:
-        return top_slates(self.model.mean(self.features(observations)), self.slate_size)
-
-    def explore_batch(self, observations: Observation, *, infos: Info | None = None) -> np.ndarray:
-        phi = self.features(observations)
-        ucb = self.model.mean(phi) + self.config.alpha * self.model.width(phi)
-        return top_slates(ucb, self.slate_size)
-
     def learn(self, transitions: Transitions) -> dict[str, float]:
         slates = np.asarray(transitions.slates, dtype=np.int64)
         phi = np.take_along_axis(self.features(transitions.observations), slates[..., None], 1)
@@ -450,11 +475,3 @@ class CascadeLinUCBAgent(SlateAgent):
         self.model.update(phi[examined], attracted[examined].astype(np.float64))
         self.rounds += len(slates)
         return {"click_rate": float(np.mean(clicked >= 0)), "rounds": float(self.rounds)}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "model": self.model.state_dict(), "rounds": self.rounds}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        super().load_state_dict(state)
-        self.rounds = int(state["rounds"])

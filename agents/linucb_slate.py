@@ -24,20 +24,19 @@ logged envs' ``user_features`` where the data set has them; otherwise ``phi`` is
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
 
-from fedrec.agents.base import Info, Observation, SlateAgent, Transitions
+from fedrec.agents.base import Observation, SlateAgent, Transitions
 from fedrec.agents.cascade_bandits import (
     Layout,
+    LinearUCBSlateAgent,
     Ridge,
     cascade_feedback,
     clicked_slots,
     layout_of,
     polynomial,
-    top_slates,
 )
 
 
@@ -85,7 +84,7 @@ class LinUCBSlateConfig:
             raise ValueError(f"feedback must be slate or cascade, got {self.feedback!r}")
 
 
-class LinUCBSlateAgent(SlateAgent):
+class LinUCBSlateAgent(LinearUCBSlateAgent):
     """LinUCB over user-item feature interactions; the slate is the K highest UCBs."""
 
     Config = LinUCBSlateConfig
@@ -123,14 +122,6 @@ class LinUCBSlateAgent(SlateAgent):
             user = np.concatenate([user, seen], axis=1)
         return (user[:, None, :, None] * item[:, :, None, :]).reshape(*item.shape[:2], -1)
 
-    def act_batch(self, observations: Observation, *, infos: Info | None = None) -> np.ndarray:
-        return top_slates(self.model.mean(self.features(observations)), self.slate_size)
-
-    def explore_batch(self, observations: Observation, *, infos: Info | None = None) -> np.ndarray:
-        phi = self.features(observations)
-        ucb = self.model.mean(phi) + self.config.alpha * self.model.width(phi)
-        return top_slates(ucb, self.slate_size)
-
     def learn(self, transitions: Transitions) -> dict[str, float]:
         slates = np.asarray(transitions.slates, dtype=np.int64)
         phi = np.take_along_axis(self.features(transitions.observations), slates[..., None], 1)
@@ -147,11 +138,3 @@ class LinUCBSlateAgent(SlateAgent):
         self.model.update(phi[examined], targets[examined])
         self.rounds += len(slates)
         return {"click_rate": float(np.mean(clicked >= 0)), "rounds": float(self.rounds)}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "model": self.model.state_dict(), "rounds": self.rounds}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        super().load_state_dict(state)
-        self.rounds = int(state["rounds"])

@@ -19,6 +19,7 @@ Rows of the dataset:
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -43,7 +44,7 @@ def minibatch(data: OfflineData, rng: np.random.Generator, size: int) -> dict[st
     return {key: np.asarray(value)[rows] for key, value in data.items()}
 
 
-class OfflineLearner:
+class OfflineLearner(abc.ABC):
     """Mixin of the offline agents: learn from a logged dataset (see the module doc)."""
 
     #: Read by the command line and the offline trainer: this agent trains from ``--dataset``.
@@ -53,9 +54,9 @@ class OfflineLearner:
         """Statistics of the whole dataset, before the first gradient step (default: none)."""
         del data
 
+    @abc.abstractmethod
     def offline_step(self, data: OfflineData) -> dict[str, float]:
         """One gradient step on a minibatch of ``data``; returns metrics (``loss`` at least)."""
-        raise NotImplementedError
 
     def learn(self, transitions: Transitions) -> dict[str, float]:
         del transitions

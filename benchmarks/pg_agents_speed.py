@@ -2,7 +2,8 @@
 
 Usage: ``python benchmarks/pg_agents_speed.py [--env fedrec/ChocKaleSlate-v0] [--num-envs 16]
 [--steps 4000] [--runs 3]``. Both train for ``--steps`` transitions (user-steps) of ``--num-envs``
-users with the same SAC settings: one hidden layer of 256 units in the actor and each critic,
+users with the same SAC settings (``fedrec.experiments.zoo_speed.SAC_SETTINGS``, shared with
+``fedrec bench zoo``): one hidden layer of 256 units in the actor and each critic,
 minibatch 20, replay 10,000, tau 0.002, gamma 0.8, automatic entropy tuning, 500 random
 transitions first, then **one gradient step per transition** (SB3: ``train_freq=1``,
 ``gradient_steps=-1``, i.e. ``num_envs`` gradient steps per vector step). fedrec's agent runs in
@@ -26,17 +27,15 @@ import torch
 
 import fedrec  # noqa: F401  (registers the envs)
 from fedrec.agents.sac_topk import SACTopKAgent, SACTopKConfig
+from fedrec.experiments.zoo_speed import SAC_SETTINGS, sac_topk_overrides, sb3_sac
 from fedrec.train.loop import TrainConfig, train
 
-HIDDEN, BATCH, BUFFER, TAU, GAMMA, WARMUP = 256, 20, 10_000, 0.002, 0.8, 500
+WARMUP = SAC_SETTINGS["warmup"]
 
 
 def fedrec_run(env_id: str, num_envs: int, steps: int, seed: int) -> tuple[float, int]:
     """(env steps per second, gradient steps) of one fedrec run."""
-    config = SACTopKConfig(
-        hidden_sizes=(HIDDEN,), batch_size=BATCH, buffer_size=BUFFER, tau=TAU, gamma=GAMMA,
-        learning_starts=WARMUP, train_frequency=1,
-    )  # fmt: skip
+    config = SACTopKConfig(**sac_topk_overrides(steps))
     agent = SACTopKAgent.from_env(gym.make_vec(env_id, num_envs=num_envs), config=config, seed=seed)
     run = TrainConfig(
         env_id=env_id, episodes=None, steps=steps, num_envs=num_envs, seed=seed,
@@ -50,16 +49,10 @@ def fedrec_run(env_id: str, num_envs: int, steps: int, seed: int) -> tuple[float
 
 def sb3_run(env_id: str, num_envs: int, steps: int, seed: int) -> tuple[float, int]:
     """(env steps per second, gradient steps) of one SB3 run."""
-    from stable_baselines3 import SAC
-
     from fedrec.agents.sb3_adapter import make_sb3_env
 
     venv = make_sb3_env(env_id, num_envs=num_envs, seed=seed)
-    model = SAC(
-        "MlpPolicy", venv, learning_rate=1e-3, buffer_size=BUFFER, learning_starts=WARMUP,
-        batch_size=BATCH, tau=TAU, gamma=GAMMA, train_freq=1, gradient_steps=-1,
-        ent_coef="auto", policy_kwargs={"net_arch": [HIDDEN]}, seed=seed, device="cpu",
-    )  # fmt: skip
+    model = sb3_sac(venv, steps, seed)
     start = time.perf_counter()
     model.learn(total_timesteps=steps)
     elapsed = time.perf_counter() - start

@@ -143,6 +143,19 @@ def build_parser(
         help="FedSlate's federated methods: run the server and each platform in its own process, "
         "messages over gRPC on loopback (same results; default in-process)",
     )
+    run.add_argument(
+        "--tls-cert",
+        type=Path,
+        metavar="FILE",
+        help="with --parties processes: serve the parties' gRPC with TLS, presenting this PEM "
+        "certificate (and trusting it; it must name 127.0.0.1); needs --tls-key",
+    )
+    run.add_argument(
+        "--tls-key",
+        type=Path,
+        metavar="FILE",
+        help="with --parties processes: the PEM private key of --tls-cert",
+    )
     if agent_cls is not None:
         group = parser.add_argument_group(f"{agent_name} hyperparameters")
         hints = typing.get_type_hints(agent_cls.Config)
@@ -194,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as error:  # the user's agent module (or one it imports) is not there
         raise ValueError(f"cannot import agent {args.agent!r}: {error}") from error
     parsed = build_parser(agent_cls, args.agent, presets=tuple(presets)).parse_args(options)
+    _check_tls(parsed)
     overrides = {
         name[3:]: value
         for name, value in vars(parsed).items()
@@ -201,6 +215,11 @@ def run(args: argparse.Namespace) -> int:
     }
     overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
     if parsed.dataset is not None or getattr(agent_cls, "offline", False):
+        if parsed.parties != "in-process":  # refused, not ignored: offline agents have no parties
+            raise ValueError(
+                f"--parties {parsed.parties}: offline training ({args.agent!r} from a dataset) "
+                "runs in one process; drop --parties"
+            )
         from fedrec.cli_offline import train_offline_command
 
         return train_offline_command(args.agent, agent_cls, overrides, parsed)
@@ -230,6 +249,32 @@ def run(args: argparse.Namespace) -> int:
     if multi:
         return _train_multi_platform(args.agent, agent_cls, agent_config, parsed, out)
     return _train_slate(args.agent, agent_cls, agent_config, parsed, out)
+
+
+def _check_tls(parsed: argparse.Namespace) -> None:
+    """``--tls-cert`` and ``--tls-key``: both or neither, only with ``--parties processes``, and
+    readable files (checked before anything starts). They are not part of the run's setup:
+    ``config.json`` records neither, so a resumed run may use new certificate files."""
+    cert, key = parsed.tls_cert, parsed.tls_key
+    if cert is None and key is None:
+        return
+    if cert is None or key is None:
+        given, missing = ("--tls-cert", "--tls-key") if key is None else ("--tls-key", "--tls-cert")
+        raise ValueError(f"{given} needs {missing}: give the certificate and its private key")
+    if parsed.parties != "processes":
+        raise ValueError(
+            "--tls-cert/--tls-key: TLS is for the parties' gRPC; add --parties processes"
+        )
+    for flag, path in (("--tls-cert", cert), ("--tls-key", key)):
+        if not path.exists():
+            raise ValueError(f"{flag}: {path} does not exist")
+        if not path.is_file():
+            raise ValueError(f"{flag}: {path} is not a file")
+        try:
+            with path.open("rb"):
+                pass
+        except OSError as error:
+            raise ValueError(f"{flag}: cannot read {path} ({error.strerror})") from error
 
 
 def _read_saved_config(path: Path) -> dict[str, Any]:
@@ -307,7 +352,15 @@ def _train_multi_platform(
     )
 
     built: list[Any] = []
-    remote = {"parties": parsed.parties} if parsed.parties != "in-process" else {}
+    remote: dict[str, Any] = {}
+    if parsed.parties != "in-process":
+        remote["parties"] = parsed.parties
+    if parsed.tls_cert is not None:  # not in config.json: a resumed run may use new files
+        from fedrec.federation.grpc_auth import TLSFiles
+
+        remote["tls"] = TLSFiles(
+            cert_file=str(parsed.tls_cert.resolve()), key_file=str(parsed.tls_key.resolve())
+        )
 
     def factory(env: Any) -> Any:
         built.append(agent_cls.from_env(env, config=agent_config, seed=parsed.seed, **remote))

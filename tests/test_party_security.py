@@ -8,13 +8,12 @@ are on loopback) but not the keys.
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+from tls_helpers import self_signed
 
 from fedrec.agents.fedslate import FedSlateConfig, remote
 from fedrec.agents.fedslate.remote import PARTY_SERVICE, RemoteParties
@@ -212,45 +211,8 @@ def test_decoding_refuses_deep_nesting_and_huge_integers() -> None:
 
 
 # ------------------------------------------------------------------ TLS
-def _self_signed(folder: Path) -> TLSFiles:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fedrec-test")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (folder / "key.pem").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return TLSFiles(cert_file=str(folder / "cert.pem"), key_file=str(folder / "key.pem"))
-
-
 def test_tls_mailbox_with_a_self_signed_certificate(tmp_path: Path) -> None:
-    tls = _self_signed(tmp_path)
+    tls = self_signed(tmp_path)
     box = Mailbox()
     server = MailboxServer(mailbox=box, tls=tls)
     keys = box.open([SERVER, "platform_a"])
@@ -270,7 +232,7 @@ def test_tls_mailbox_with_a_self_signed_certificate(tmp_path: Path) -> None:
 
 
 def test_parties_in_processes_over_tls(tmp_path: Path) -> None:
-    tls = _self_signed(tmp_path)
+    tls = self_signed(tmp_path)
     with _parties(tls) as run:
         state = run.platforms["platform_a"].state_dict()
         run.platforms["platform_a"].load_state_dict(state)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -15,6 +15,9 @@ from fedrec.agents.multi_platform import MultiPlatformAgent
 from fedrec.envs.choc_kale_model import ChocKaleParams
 from fedrec.federation.channel import Transport
 from fedrec.federation.messages import PrivacyViolation
+
+if TYPE_CHECKING:  # grpc_auth imports grpcio, an optional dependency only processes need
+    from fedrec.federation.grpc_auth import TLSFiles
 
 #: |item value| at or above this counts as saturated at a tanh head's bound of 1.
 SATURATION = 0.99
@@ -36,6 +39,9 @@ class FedSlateAgent(MultiPlatformAgent):
         in its own OS process, messages over gRPC on loopback, the same results and traffic
         (``agents/fedslate/remote.py``; federated methods only). Stop them with :meth:`close`
         or a ``with`` block.
+    :param tls: with ``parties="processes"``: serve every party's gRPC with this certificate
+        and key and dial them trusting it (:class:`~fedrec.federation.grpc_auth.TLSFiles`);
+        default: loopback without TLS. Refused with in-process parties.
     """
 
     Config = FedSlateConfig
@@ -51,6 +57,7 @@ class FedSlateAgent(MultiPlatformAgent):
         seed: int = 0,
         transport: Transport | None = None,
         parties: Literal["in-process", "processes"] = "in-process",
+        tls: TLSFiles | None = None,
     ) -> None:
         config = config if config is not None else FedSlateConfig()
         if parties not in PARTIES:
@@ -62,6 +69,10 @@ class FedSlateAgent(MultiPlatformAgent):
             )
         if parties == "processes" and transport is not None:
             raise ValueError("parties='processes' brings its own transport (gRPC); drop transport")
+        if tls is not None and parties != "processes":
+            raise ValueError(
+                f"tls is for the party processes (parties='processes'), not parties={parties!r}"
+            )
         super().__init__(
             platforms=platforms, feedback=feedback, params=params, config=config, seed=seed
         )
@@ -84,6 +95,7 @@ class FedSlateAgent(MultiPlatformAgent):
                 params=params,
                 config=config,
                 seeds=[int(s) for s in seeds],
+                tls=tls,
             )
             self.channel, self.server = self.remote.channel, self.remote.server
             self.platforms = self.remote.platforms

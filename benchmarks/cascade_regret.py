@@ -1,7 +1,8 @@
 """Cumulative regret of the cascading bandits against the exact cascade planner
 (``fedrec/ChocKaleCascade-v0``; docs/cascade.md).
 
-    python benchmarks/cascade_regret.py                    # results/cascade/: regret.png, regret.json
+    python benchmarks/cascade_regret.py                    # runs/benchmarks/cascade_regret/
+    python benchmarks/cascade_regret.py --out results/cascade --overwrite   # the committed results
     python benchmarks/cascade_regret.py --steps 2000 --seeds 3 --out /tmp/cascade   # a quick look
 
 Each policy plays one user for ``--steps`` rounds (one episode of that length, so the bandit's
@@ -25,9 +26,11 @@ Two settings of the env:
   CascadeUCB1 can only pool candidates by feature bins (10 bins), so its best is a bin-level
   ranking and its regret has a linear floor.
 
-LinUCB-slate (position-blind feedback, the same ``degree=2`` features) and random are for
-contrast. Results: mean cumulative regret with a 95% t-interval across seeds, the median, and the
-slope of log R(t) over the second half of the run (1: linear; below 1: sub-linear).
+LinUCB-slate (position-blind feedback, the same ``degree=2`` features) and random are for contrast.
+Writes ``regret.json``, ``regret.md`` and ``regret.png`` into ``--out`` (an earlier run's files are
+replaced only with ``--overwrite``). Results: mean cumulative regret with a 95% t-interval across
+seeds, the median, and the slope of log R(t) over the second half of the run (1: linear; below 1:
+sub-linear).
 """
 
 from __future__ import annotations
@@ -54,8 +57,8 @@ from fedrec.agents.cascade_oracle import CascadeOraclePolicy
 from fedrec.agents.linucb_slate import LinUCBSlateAgent, LinUCBSlateConfig
 from fedrec.agents.reference import RandomPolicy
 from fedrec.eval.stats import mean_ci
+from fedrec.experiments.harness import add_out_arguments, claim_outputs, run_script, script_out
 
-ROOT = Path(__file__).resolve().parents[1]
 ENV_ID = "fedrec/ChocKaleCascade-v0"
 SETTINGS: dict[str, dict[str, Any]] = {
     "fixed": {"resample_candidates": False},
@@ -244,18 +247,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
-    parser.add_argument("--out", type=Path, default=ROOT / "results" / "cascade")
+    add_out_arguments(parser, "cascade_regret", what="folder of regret.json, .md and .png")
     parser.add_argument(
         "--replot", action="store_true", help="redraw regret.png and regret.md from regret.json"
     )
     args = parser.parse_args(argv)
+    args.out = script_out("cascade_regret", args.out)
+    if not args.replot and (args.steps < 4 or args.seeds < 1):
+        parser.error("need --steps >= 4 and --seeds >= 1")
+    written = [] if args.replot else [args.out / "regret.json"]
+    written += [args.out / "regret.md", args.out / "regret.png"]
+    claim_outputs(written, overwrite=args.overwrite)
     if args.replot:
         results = json.loads((args.out / "regret.json").read_text())
         (args.out / "regret.md").write_text(table_markdown(results))
         plot(results, args.out / "regret.png")
         return 0
-    if args.steps < 4 or args.seeds < 1:
-        parser.error("need --steps >= 4 and --seeds >= 1")
     start = time.perf_counter()
     curves: dict[str, dict[str, Any]] = {}
     for setting in args.settings:
@@ -293,4 +300,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_script(main))

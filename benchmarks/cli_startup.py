@@ -6,7 +6,10 @@ the file-system cache is warm) and prints the median wall time and its ratio to 
 commands are run interleaved, so load on a shared machine hits them alike; the CPU time (user +
 system) of each run is reported too, as it depends less on that load. Usage::
 
-    python benchmarks/cli_startup.py [--runs 11] [--json PATH]
+    python benchmarks/cli_startup.py [--runs 11] [--json PATH] [--overwrite]
+
+``--json`` writes nothing by default; an existing file there is replaced only with
+``--overwrite``.
 
 The console script is ``fedrec`` beside the interpreter when present (else ``python -m
 fedrec.cli``); ``OMP_NUM_THREADS=1`` as in every fedrec benchmark. Bytecode is cached as in an
@@ -29,6 +32,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from fedrec.experiments.harness import claim_outputs, run_script
 
 #: The target: ``fedrec --help`` within this multiple of ``python -c "import numpy"``.
 TARGET_RATIO = 3.0
@@ -86,12 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=11, help="timed runs per command (default 11)")
     parser.add_argument("--json", type=Path, default=None, help="also write the times as JSON")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --json file")
     parser.add_argument(
         "--as-is",
         action="store_true",
         help="keep the environment's bytecode settings (PYTHONDONTWRITEBYTECODE, ...)",
     )
     args = parser.parse_args(argv)
+    if args.json is not None:
+        claim_outputs([args.json], overwrite=args.overwrite)
     with tempfile.TemporaryDirectory(prefix="fedrec-startup-") as cache:
         times = measure(args.runs, as_is=args.as_is, cache=cache)
     base_name = 'python -c "import numpy"'
@@ -126,4 +134,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_script(main))

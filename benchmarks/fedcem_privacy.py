@@ -1,8 +1,10 @@
 """FedCEM's privacy, measured: how well platform B infers A's elite, and what DP costs.
 
 Usage: ``python benchmarks/fedcem_privacy.py [--episodes 10000] [--seeds 0 1 2]
-[--epsilons 8 1] [--dp-population 1024] [--out results/fedcem_privacy]``.
-The defaults wrote ``results/fedcem_privacy/{privacy.json,privacy.md}``.
+[--epsilons 8 1] [--dp-population 1024] [--out DIR] [--overwrite]``: writes ``privacy.json`` and
+``privacy.md`` into ``--out`` (default ``runs/benchmarks/fedcem_privacy/``; an earlier run's files
+are replaced only with ``--overwrite``). The defaults with ``--out results/fedcem_privacy`` wrote
+the committed ``results/fedcem_privacy/{privacy.json,privacy.md}``.
 
 The attack (:mod:`fedrec.eval.elite_inference`) scores each of a population's rule draws by how
 likely it was in the feedback platform's elite (its best quarter of episode returns), from what
@@ -40,7 +42,6 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -51,6 +52,7 @@ from fedrec.agents.registry import build_multi_platform_agent
 from fedrec.envs.multi_platform import ChocKaleMultiPlatformBatchEnv
 from fedrec.eval.elite_inference import METHODS, EliteAudit, play_population
 from fedrec.eval.stats import mean_ci
+from fedrec.experiments.harness import add_out_arguments, claim_outputs, run_script, script_out
 from fedrec.federation.privacy import noise_multiplier_for
 from fedrec.registration import LONG_TERM_KWARGS
 from fedrec.train.multi_platform import MultiPlatformTrainConfig, train_multi_platform
@@ -235,8 +237,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--epsilons", type=float, nargs="+", default=[8.0, 1.0])
     parser.add_argument("--dp-population", type=int, default=1024)
-    parser.add_argument("--out", type=Path, default=Path("results/fedcem_privacy"))
+    add_out_arguments(parser, "fedcem_privacy", what="folder of privacy.json and privacy.md")
     args = parser.parse_args()
+    args.out = script_out("fedcem_privacy", args.out)
+    claim_outputs([args.out / "privacy.json", args.out / "privacy.md"], overwrite=args.overwrite)
     start = time.perf_counter()
     table = settings(args.episodes, args.epsilons, args.dp_population)
     report: dict[str, Any] = {
@@ -287,4 +291,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

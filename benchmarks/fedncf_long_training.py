@@ -1,18 +1,20 @@
 """Does centralised NCF also lose accuracy when trained as long as the federated runs?
 
 Usage: ``python benchmarks/fedncf_long_training.py [--model neumf] [--epochs 400] [--seed 0]
-[--eval-every 10] [--federated-runs fedncf-bench-fed/runs] [--out results/fedncf/federated]
+[--eval-every 10] [--federated-runs fedncf-bench-fed/runs] [--out DIR] [--overwrite]
 [--plot-only]``.
 
 FedNCF compares 400 global rounds of federated training (each client trains 2 local epochs per
-global round, so 800 local passes over every user's data) with 20 centralised epochs. Federated
-MLP and NeuMF reach the centralised HR@10 within 100 global rounds and then lose about 0.03.
-This trains the centralised model for ``--epochs`` epochs with the bench's settings (batch 256,
-Adam 1e-3, 4 negatives; evaluated every ``--eval-every`` epochs) and writes
-``central_<model>_<epochs>_epochs.json``; with ``--federated-runs`` (a ``fedrec bench fedncf``
-run cache) it also plots the federated runs' HR@10 per global round beside it
+global round, so 800 local passes over every user's data) with 20 centralised epochs. Federated MLP
+and NeuMF reach the centralised HR@10 within 100 global rounds and then lose about 0.03. This trains
+the centralised model for ``--epochs`` epochs with the bench's settings (batch 256, Adam 1e-3, 4
+negatives; evaluated every ``--eval-every`` epochs) and writes
+``central_<model>_<epochs>_epochs.json``; with ``--federated-runs`` (a ``fedrec bench fedncf`` run
+cache) it also plots the federated runs' HR@10 per global round beside it
 (``fedncf_<model>_long_training.png``). ``--plot-only`` re-plots from the JSON already written.
-A centralised NeuMF run of 400 epochs takes about 40 minutes on one core.
+``--out`` defaults to ``runs/benchmarks/fedncf_long_training/`` (the committed files are in
+``results/fedncf/federated``); files of an earlier run are replaced only with ``--overwrite``. A
+centralised NeuMF run of 400 epochs takes about 40 minutes on one core.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from fedrec.experiments.harness import add_out_arguments, claim_outputs, run_script, script_out
 
 
 def train(model: str, epochs: int, seed: int, eval_every: int) -> dict:
@@ -65,6 +69,10 @@ def federated_curves(runs: Path, model: str) -> list[tuple[int, list[float], lis
     return curves
 
 
+def plot_path(out: Path, model: str) -> Path:
+    return out / f"fedncf_{model}_long_training.png"
+
+
 def plot(central: dict, curves: list, model: str, out: Path) -> Path:
     import matplotlib
 
@@ -90,7 +98,7 @@ def plot(central: dict, curves: list, model: str, out: Path) -> Path:
     ax.set_title(f"{model.upper()} on ML-100K: long training, federated and centralised")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = out / f"fedncf_{model}_long_training.png"
+    path = plot_path(out, model)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -103,11 +111,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--federated-runs", type=Path, help="a fedrec bench fedncf run cache")
-    parser.add_argument("--out", type=Path, default=Path("results/fedncf/federated"))
+    add_out_arguments(parser, "fedncf_long_training", what="folder of the JSON and the plot")
     parser.add_argument("--plot-only", action="store_true", help="re-plot from the JSON")
     args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args.out = script_out("fedncf_long_training", args.out)
     path = args.out / f"central_{args.model}_{args.epochs}_epochs.json"
+    written = [] if args.plot_only else [path]
+    if args.federated_runs is not None:
+        written.append(plot_path(args.out, args.model))
+    claim_outputs(written, overwrite=args.overwrite)
+    args.out.mkdir(parents=True, exist_ok=True)
     if args.plot_only:
         central = json.loads(path.read_text())
     else:
@@ -129,4 +142,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

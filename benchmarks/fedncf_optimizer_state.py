@@ -2,7 +2,7 @@
 
 Usage: ``python benchmarks/fedncf_optimizer_state.py [--model mlp] [--global-rounds 60]
 [--eval-every 10] [--sequential-passes 12] [--refit-epochs 4] [--seed 0] [--dataset ml-100k]
-[--data-dir DIR] [--out results/fedncf/optimizer_state.json]``.
+[--data-dir DIR] [--out PATH] [--overwrite]``.
 
 Every variant is FedNCF's setting (MF-FedAvg, 20 clients per aggregation round, 2 local epochs,
 batch 64, Adam lr 1e-3, 4 negatives per positive) and differs only in the clients' optimiser
@@ -22,7 +22,10 @@ Then, from the ``persistent`` run's final model, two re-fits on the pooled data 
 else frozen (``--refit-epochs`` epochs of batch 256 with a fresh Adam): the user rows alone (are
 the private user rows stale?) and the network alone (is the tower the bottleneck?).
 
-It takes about 15 minutes for FedMLP on 2 cores. Writes the JSON to ``--out`` ('' for none).
+It takes about 15 minutes for FedMLP on 2 cores. Writes the JSON to ``--out`` ('' for none;
+default ``runs/benchmarks/fedncf_optimizer_state/optimizer_state.json``, the committed one is
+``results/fedncf/optimizer_state.json``); an earlier run's file is replaced only with
+``--overwrite``.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ import torch.nn.functional as F
 from fedrec.agents.ncf import NCF, NCFConfig
 from fedrec.envs.datasets.catalog import load_prepared
 from fedrec.envs.datasets.preprocess import sample_training_negatives
+from fedrec.experiments.harness import add_out_arguments, claim_outputs, run_script, script_out
 from fedrec.train.fedncf import (
     FederatedOptimizerState,
     FedNCFConfig,
@@ -147,10 +151,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dataset", default="ml-100k")
     parser.add_argument("--data-dir")
-    parser.add_argument("--out", default="results/fedncf/optimizer_state.json")
+    add_out_arguments(
+        parser, "fedncf_optimizer_state", name="optimizer_state.json", what="the JSON ('' for none)"
+    )
     args = parser.parse_args()
+    if args.out != "":
+        args.out = str(script_out("fedncf_optimizer_state", args.out, "optimizer_state.json"))
+        claim_outputs([args.out], overwrite=args.overwrite)
     torch.set_num_threads(1)
-    report: dict[str, Any] = {"settings": vars(args), "variants": {}, "load": os.getloadavg()}
+    settings = {k: v for k, v in vars(args).items() if k != "overwrite"}
+    report: dict[str, Any] = {"settings": settings, "variants": {}, "load": os.getloadavg()}
     for variant in args.variants:
         points, model = run_variant(args, variant)
         report["variants"][variant] = points
@@ -163,4 +173,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

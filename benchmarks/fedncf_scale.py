@@ -2,7 +2,10 @@
 
 Usage: ``python benchmarks/fedncf_scale.py [--models gmf neumf] [--users 943 10000 100000]
 [--clients-per-round 20 100 1000] [--rounds 5] [--warmup 1] [--repeats 3]
-[--out results/fedncf/scale.md] [--in-process] [--quick]``.
+[--out PATH] [--overwrite] [--in-process] [--quick]``: writes the Markdown report to ``--out``
+(default ``runs/benchmarks/fedncf_scale/scale.md``; the committed one is
+``results/fedncf/scale.md``) and the CSV beside it; an earlier run's files are replaced only with
+``--overwrite``.
 
 **Data.** Every point trains on a synthetic data set shaped like MovieLens-100K and scaled to
 ``U`` users (:func:`synthetic_clients`): 1,682 items; per-user counts from 20 + a log-normal
@@ -84,6 +87,7 @@ from fedrec.envs.datasets.synthetic_clients import (  # noqa: F401  (re-exported
     Shape,
     synthetic_clients,
 )
+from fedrec.experiments.harness import claim_outputs, run_script, script_out
 from fedrec.federation.registry import make_aggregator
 from fedrec.train.fedncf import (
     ClientData,
@@ -95,7 +99,7 @@ from fedrec.train.fedncf import (
 
 #: Time per example within this factor across all points counts as "roughly linear".
 LINEAR_TOLERANCE = 1.3
-DEFAULT_OUT = Path("results/fedncf/scale.md")
+DEFAULT_OUT = script_out("fedncf_scale", None, "scale.md")
 
 
 #: The tiny shape of ``--quick``.
@@ -560,7 +564,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--out",
         type=Path,
         default=DEFAULT_OUT,
-        help=f"Markdown report, CSV beside it (default {DEFAULT_OUT})",
+        help=f"Markdown report, CSV beside it (default {DEFAULT_OUT}; results/ only when named)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace output files of an earlier run (refused without it)",
     )
     parser.add_argument(
         "--in-process",
@@ -594,6 +603,7 @@ def main(argv: list[str] | None = None) -> list[PointResult]:
     if args.point is not None:
         print(json.dumps(asdict(measure_point(_spec_from_json(args.point), isolated=True))))
         return []
+    claim_outputs([args.out, args.out.with_suffix(".csv")], overwrite=args.overwrite)
     shape = QUICK_SHAPE if args.quick else Shape()
     specs = [
         PointSpec(model, users, c, args.rounds, args.warmup, args.repeats, args.seed, shape)
@@ -632,4 +642,4 @@ def main(argv: list[str] | None = None) -> list[PointResult]:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

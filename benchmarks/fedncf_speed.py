@@ -3,7 +3,7 @@
 Usage: ``python benchmarks/fedncf_speed.py [--dataset ml-100k] [--models gmf neumf]
 [--full gmf] [--runs 3] [--global-rounds 400] [--measure-rounds 10] [--profile-rounds 2]
 [--threads 1 2] [--reference-rounds 0] [--client-optimizer fresh] [--simulation batched]
-[--kernel-threads N] [--out results/fedncf]``.
+[--kernel-threads N] [--out DIR] [--overwrite]``.
 
 Every run is :func:`fedrec.train.fedncf.train_federated`'s setting (MF-FedAvg, 20 clients per
 aggregation round, seed 0), evaluated only at the end, with fresh client optimisers unless
@@ -34,7 +34,9 @@ N aggregation rounds (seconds per round, speed-up, max difference of the trained
 
 The load average (``os.getloadavg``) is recorded around every measurement: the machine is
 shared, so the times are only comparable at similar loads. Writes ``speed.md`` and ``speed.json``
-to ``--out`` (nothing with ``--out ''``) and prints the Markdown.
+to ``--out`` (nothing with ``--out ''``; default ``runs/benchmarks/fedncf_speed/``, the committed
+files are in ``results/fedncf``; an earlier run's files are replaced only with ``--overwrite``) and
+prints the Markdown.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ import torch
 
 from fedrec.agents.ncf import NCF, NCFConfig
 from fedrec.envs.datasets.catalog import load_prepared
+from fedrec.experiments.harness import add_out_arguments, claim_outputs, run_script, script_out
 from fedrec.federation.aggregators import MFFedAvg
 from fedrec.train.fedncf import (
     ClientData,
@@ -422,8 +425,13 @@ def main() -> None:
     parser.add_argument(
         "--kernel-threads", type=int, help="Numba threads of the compiled runs (default: per core)"
     )
-    parser.add_argument("--out", default="results/fedncf")
+    add_out_arguments(
+        parser, "fedncf_speed", what="folder of speed.md and speed.json ('' for none)"
+    )
     args = parser.parse_args()
+    if args.out != "":
+        args.out = script_out("fedncf_speed", args.out)
+        claim_outputs([args.out / "speed.md", args.out / "speed.json"], overwrite=args.overwrite)
     global CLIENT_OPTIMIZER, SIMULATION, KERNEL_THREADS
     CLIENT_OPTIMIZER, SIMULATION, KERNEL_THREADS = (
         args.client_optimizer,
@@ -502,4 +510,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

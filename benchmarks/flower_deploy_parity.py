@@ -1,7 +1,10 @@
 """Parity of a real Flower deployment (loopback) with the in-process FedNCF run.
 
 Usage: ``python benchmarks/flower_deploy_parity.py [--seeds 0 1 2] [--nodes 2]
-[--clients-per-round 943] [--global-rounds 8] [--out results/flower/deploy_parity.json]``.
+[--clients-per-round 943] [--global-rounds 8] [--out PATH] [--overwrite]``: writes the JSON to
+``--out`` (default ``runs/benchmarks/flower_deploy_parity/deploy_parity.json``; the committed one
+is ``results/flower/deploy_parity.json``; an earlier run's file is replaced only with
+``--overwrite``).
 
 FedGMF with MF-FedAvg on MovieLens-100K (the fedrec cache), every user in every aggregation round
 by default (a deployment pays seconds per message, so few large rounds): per seed the deployment
@@ -23,6 +26,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from fedrec.agents.ncf import NCFConfig
 from fedrec.eval.stats import mean_ci
+from fedrec.experiments.harness import add_out_arguments, claim_outputs, run_script, script_out
 from fedrec.train.fedncf import FedNCFConfig, train_federated
 from fedrec.train.fedncf.flower import run_deployment
 
@@ -33,8 +37,10 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--clients-per-round", type=int, default=943)
     parser.add_argument("--global-rounds", type=int, default=8)
-    parser.add_argument("--out", default="results/flower/deploy_parity.json")
+    add_out_arguments(parser, "flower_deploy_parity", name="deploy_parity.json", what="the JSON")
     args = parser.parse_args()
+    args.out = script_out("flower_deploy_parity", args.out, "deploy_parity.json")
+    claim_outputs([args.out], overwrite=args.overwrite)
     runs = {}
     for seed in args.seeds:
         config = FedNCFConfig(
@@ -79,4 +85,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -1,8 +1,10 @@
 """FEL on Flower against the in-process trainer: test AUC parity over seeds, and time per round.
 
 Usage: ``python benchmarks/flower_fel_parity.py [--users 5000] [--ads 400] [--rounds 50]
-[--sample-rate 0.1] [--seeds 3] [--nodes 1 2] [--noise-multipliers 1.0]
-[--out results/flower/fel_parity.json]``.
+[--sample-rate 0.1] [--seeds 3] [--nodes 1 2] [--noise-multipliers 1.0] [--out PATH]
+[--overwrite]``: writes the JSON to ``--out`` (default
+``runs/benchmarks/flower_fel_parity/fel_parity.json``; the committed one is
+``results/flower/fel_parity.json``; an earlier run's file is replaced only with ``--overwrite``).
 
 For every seed and privacy level (no DP, then DP-FedAvg at each ``--noise-multipliers`` z with
 clip norm 0.5) it trains FEL's leaves (the gender x age_level feature cross of the synthetic
@@ -31,6 +33,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 
 from fedrec.envs.datasets.click_data import click_data_from_taobao
+from fedrec.experiments.harness import add_out_arguments, claim_outputs, run_script, script_out
 from fedrec.train.fel import (
     DPConfig,
     FedConfig,
@@ -85,8 +88,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--nodes", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--noise-multipliers", type=float, nargs="*", default=[1.0])
-    parser.add_argument("--out", default="results/flower/fel_parity.json")
+    add_out_arguments(parser, "flower_fel_parity", name="fel_parity.json", what="the JSON")
     args = parser.parse_args()
+    args.out = script_out("flower_fel_parity", args.out, "fel_parity.json")
+    claim_outputs([args.out], overwrite=args.overwrite)
     warnings.simplefilter("ignore")  # Flower's deprecation note on run_simulation
     folder = tempfile.mkdtemp(prefix="fel-parity-")
     from fedrec.envs.datasets.taobao_synthetic import write_taobao_groups
@@ -170,4 +175,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

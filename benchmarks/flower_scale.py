@@ -1,8 +1,9 @@
 """FedNCF at scale on Flower: time and memory per aggregation round, in-process and on Flower.
 
-Usage: ``python benchmarks/flower_scale.py [--users 100000] [--clients-per-round 1000]
-[--rounds 4] [--nodes 2 4] [--engines in-process simulation deployment]
-[--out results/flower/scale.json]``.
+Usage: ``python benchmarks/flower_scale.py [--users 100000] [--clients-per-round 1000] [--rounds 4]
+[--nodes 2 4] [--engines in-process simulation deployment] [--out PATH] [--overwrite]``: writes the
+JSON to ``--out`` (default ``runs/benchmarks/flower_scale/scale.json``; the committed one is
+``results/flower/scale.json``; an earlier run's file is replaced only with ``--overwrite``).
 
 A synthetic population of ``--users`` users shaped like MovieLens-100K
 (:func:`fedrec.envs.datasets.synthetic_clients.synthetic_clients`, built in memory in every
@@ -38,6 +39,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from fedrec.agents.ncf import NCFConfig
+from fedrec.experiments.harness import add_out_arguments, claim_outputs, run_script, script_out
 from fedrec.train.fedncf import FedNCFConfig
 from fedrec.train.fedncf.flower import SYNTHETIC_PREFIX, run_deployment, run_simulation
 
@@ -108,10 +110,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--nodes", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--engines", nargs="+", default=["in-process", "simulation", "deployment"])
-    parser.add_argument("--out", default="results/flower/scale.json")
+    add_out_arguments(parser, "flower_scale", name="scale.json", what="the JSON")
     args = parser.parse_args()
     if args.rounds < 2:
         parser.error("--rounds must be >= 2 (the first round is reported apart)")
+    args.out = script_out("flower_scale", args.out, "scale.json")
+    claim_outputs([args.out], overwrite=args.overwrite)
     rows = []
     for engine in args.engines:
         if engine == "in-process":
@@ -137,4 +141,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -1,7 +1,9 @@
 """Flower's SecAgg+ against the plain sum and against fedrec's in-process MF-SecAvg.
 
 Usage: ``python benchmarks/flower_secagg.py [--nodes 3] [--seeds 0 1 2] [--global-rounds 2]
-[--out results/flower/secagg.json]``.
+[--out PATH] [--overwrite]``: writes the JSON to ``--out`` (default
+``runs/benchmarks/flower_secagg/secagg.json``; the committed one is ``results/flower/secagg.json``;
+an earlier run's file is replaced only with ``--overwrite``).
 
 FedGMF on MovieLens-100K (the fedrec cache; a synthetic set of its shape otherwise, and it says
 so), MF-FedAvg, 20 clients per aggregation round, on Flower's simulation engine:
@@ -30,6 +32,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 
 from fedrec.agents.ncf import NCFConfig
+from fedrec.experiments.harness import add_out_arguments, claim_outputs, run_script, script_out
 from fedrec.train.fedncf import FedNCFConfig, train_federated
 from fedrec.train.fedncf.flower import run_simulation
 
@@ -53,8 +56,10 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--global-rounds", type=int, default=2)
-    parser.add_argument("--out", default="results/flower/secagg.json")
+    add_out_arguments(parser, "flower_secagg", name="secagg.json", what="the JSON")
     args = parser.parse_args()
+    args.out = script_out("flower_secagg", args.out, "secagg.json")
+    claim_outputs([args.out], overwrite=args.overwrite)
     data_dir, data_name = _data()
     common = {"dataset": "ml-100k", "data_dir": data_dir, "num_nodes": args.nodes}
     model = NCFConfig(model="gmf")
@@ -139,4 +144,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

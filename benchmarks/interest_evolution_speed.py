@@ -1,7 +1,7 @@
 """Steps per second of RecSim's interest-evolution env vs fedrec's single and native vector env.
 
 Usage: ``python benchmarks/interest_evolution_speed.py [--repeats 5] [--seconds 2]
-[--num-envs 1024 4096 16384] [--out results/interest_evolution]``.
+[--num-envs 1024 4096 16384] [--out DIR] [--overwrite]``.
 
 Each implementation is stepped with uniformly random slates (drawn in advance, so the policy
 costs nothing) for at least ``--seconds`` per run, resetting when an episode ends, at RLlib's
@@ -13,9 +13,12 @@ tuned-example configuration (10 candidates, slates of 2):
 - ``fedrec vector (B)``: ``gymnasium.make_vec("fedrec/InterestEvolution-v0", num_envs=B)``,
   NEXT_STEP autoreset; a step counts B user-steps.
 
-It reports the median steps/s of ``--repeats`` runs (min-max), the ratio of medians to RecSim's,
-and writes ``speed.json`` and ``speed.md`` to ``--out``. The issue's goal: the vector env at
-least 100x RecSim. The machine is shared: read the min-max range and the load averages.
+It reports the median steps/s of ``--repeats`` runs (min-max), the ratio of medians to RecSim's, and
+writes ``speed.json`` and ``speed.md`` to ``--out`` (default
+``runs/benchmarks/interest_evolution_speed/``; the committed files are in
+``results/interest_evolution``; an earlier run's files are replaced only with ``--overwrite``). The
+issue's goal: the vector env at least 100x RecSim. The machine is shared: read the min-max range and
+the load averages.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -39,6 +41,7 @@ import numpy as np
 
 import fedrec  # noqa: F401  (registers the environments)
 from fedrec.envs.interest_evolution import RECSIM_CONFIG, InterestEvolutionEnv
+from fedrec.experiments.harness import add_out_arguments, claim_outputs, run_script, script_out
 
 ENV_ID = "fedrec/InterestEvolution-v0"
 NUM_CANDIDATES, SLATE_SIZE = RECSIM_CONFIG["num_candidates"], RECSIM_CONFIG["slate_size"]
@@ -118,8 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=2.0, help="minimum seconds per run")
     parser.add_argument("--num-envs", type=int, nargs="+", default=[1024, 4096, 16384])
-    parser.add_argument("--out", type=Path, default=Path("results/interest_evolution"))
+    add_out_arguments(parser, "interest_evolution_speed", what="folder of speed.json and speed.md")
     args = parser.parse_args(argv)
+    args.out = script_out("interest_evolution_speed", args.out)
+    claim_outputs([args.out / "speed.json", args.out / "speed.md"], overwrite=args.overwrite)
 
     runners: dict[str, Callable[[int], float]] = {
         "recsim": lambda seed: run_recsim(args.seconds, seed),
@@ -180,4 +185,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_script(main))

@@ -1,7 +1,7 @@
 """Offline agents vs the logging policy and online SlateQ on ``fedrec/ChocKaleSlate-v0``.
 
 Usage: ``python benchmarks/offline_agents.py [--seeds 0 1 2] [--episodes 200] [--steps 3000]
-[--out results/offline]``. Per seed:
+[--out DIR] [--overwrite]``. Per seed:
 
 1. collect ``--episodes`` episodes (60 steps each) with the logger (1 − ε) · bottom_x + ε ·
    uniformly random slates (``fedrec data collect --policy bottom_x --epsilon E``; bottom_x is the
@@ -16,7 +16,9 @@ Usage: ``python benchmarks/offline_agents.py [--seeds 0 1 2] [--episodes 200] [-
    it equals the planner, docs/longterm.md).
 
 Writes ``OUT/results.json`` (per seed: means, 95% CIs over episodes, wall times) and
-``OUT/table.md`` (mean over seeds with a 95% t interval over the seed means, and per seed).
+``OUT/table.md`` (mean over seeds with a 95% t interval over the seed means, and per seed). OUT
+defaults to ``runs/benchmarks/offline_agents/`` (the committed files are in ``results/offline``);
+an earlier run's files are replaced only with ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from fedrec.agents.offline_bc import BehaviourCloningAgent
 from fedrec.agents.offline_cql import CQLSlateQAgent, CQLSlateQConfig
 from fedrec.agents.slateq import SlateQAgent, SlateQConfig
 from fedrec.eval.stats import mean_ci
+from fedrec.experiments.harness import add_out_arguments, claim_outputs, run_script, script_out
 from fedrec.train.collect import collect, save_minari
 from fedrec.train.loop import TrainConfig, train
 from fedrec.train.offline import (
@@ -132,11 +135,14 @@ def main() -> None:
     parser.add_argument(
         "--epsilon", type=float, default=0.5, help="the logger's share of random slates (0.5)"
     )
-    parser.add_argument("--out", type=Path, default=Path("results/offline"))
+    add_out_arguments(parser, "offline_agents", what="folder of results.json and table.md")
     parser.add_argument(
         "--table-only", action="store_true", help="rewrite OUT/table.md from OUT/results.json"
     )
     args = parser.parse_args()
+    args.out = script_out("offline_agents", args.out)
+    written = [] if args.table_only else [args.out / "results.json"]
+    claim_outputs([*written, args.out / "table.md"], overwrite=args.overwrite)
     if args.table_only:
         text = table(json.loads((args.out / "results.json").read_text()))
         (args.out / "table.md").write_text(text)
@@ -166,4 +172,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -4,7 +4,7 @@ The estimators use platform A's logs or only what the federation may carry; each
 with B's Monte Carlo value.
 
 Usage: ``python benchmarks/ope_cross_platform.py [--datasets 200] [--users 500]
-[--truth-users 20000] [--seed 0] [--out results/ope_platforms]``.
+[--truth-users 20000] [--seed 0] [--out DIR] [--overwrite]``.
 
 Each logged dataset is one episode of ``--users`` users on the two-platform Choc-vs-Kale env
 (FedSlate defaults: 10 candidates, slates of 3, 61 visits per platform), both platforms logging
@@ -22,7 +22,9 @@ its platforms): A's logs from A's world, B's logs and B's true value from B's wo
 independent seeds. Dataset d uses seed ``seed + d`` (A's world, and B's in ``matched``),
 ``seed + 100000 + d`` (B's mismatched worlds) and ``seed + 200000 + d`` (the 20 bootstrap refits
 of A's model); the true values use ``seed + 1000000``. Writes
-``results.json`` and ``table.md`` into ``--out`` and prints the table.
+``results.json`` and ``table.md`` into ``--out`` (default ``runs/benchmarks/ope_cross_platform/``;
+the committed files are in ``results/ope_platforms``; an earlier run's files are replaced only
+with ``--overwrite``) and prints the table.
 """
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ import argparse
 import json
 import math
 import time
-from pathlib import Path
 
 import numpy as np
 
 from fedrec.eval.ope import cross_platform as cp
+from fedrec.experiments.harness import add_out_arguments, claim_outputs, run_script, script_out
 
 SETTINGS: dict[str, dict[str, object] | None] = {
     "matched": None,  # B is the second platform of A's env
@@ -87,8 +89,10 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=500)
     parser.add_argument("--truth-users", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("results/ope_platforms"))
+    add_out_arguments(parser, "ope_cross_platform", what="folder of results.json and table.md")
     args = parser.parse_args()
+    args.out = script_out("ope_cross_platform", args.out)
+    claim_outputs([args.out / "results.json", args.out / "table.md"], overwrite=args.overwrite)
     start = time.perf_counter()
 
     truths: dict[str, dict[str, dict]] = {}
@@ -203,4 +207,4 @@ def markdown(result: dict) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

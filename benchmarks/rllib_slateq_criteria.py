@@ -17,7 +17,10 @@ criteria"):
 
 For each setting and seed this trains fedrec's SlateQ for exactly the env-step budget, evaluates
 the greedy agent (epsilon = 0) and a uniformly random slate policy on the same held-out episodes,
-and writes ``results/rllib_criteria/results.json`` and ``table.md``.
+and writes ``results.json`` and ``table.md`` into ``--out`` (default
+``runs/benchmarks/rllib_slateq_criteria/``; the committed ones are in ``results/rllib_criteria``).
+An earlier run's files are replaced only with ``--overwrite``: then the settings this call runs
+replace theirs in ``results.json`` and the other settings are kept.
 
 **The budget.** RLlib's ``timesteps_total`` counts env steps of its single env (``num_workers:
 0``). fedrec counts transitions (user-steps): one batched step of ``num_envs`` users is
@@ -37,7 +40,8 @@ point within the budget. Both are reported for both settings.
 Usage::
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/rllib_slateq_criteria.py \
-        [--settings long_term_satisfaction interest_evolution] [--seeds 0 1 2] [--steps N]
+        [--settings long_term_satisfaction interest_evolution] [--seeds 0 1 2] [--steps N] \
+        [--out DIR] [--overwrite]
 
 ``--steps N`` replaces both budgets by N for a quick check; such runs are labelled
 ``budget_override`` in the results and the table says "reduced budget".
@@ -49,7 +53,6 @@ import argparse
 import dataclasses
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -62,10 +65,10 @@ from fedrec.agents.slateq import SlateQAgent, SlateQConfig
 from fedrec.envs.interest_evolution_vector import InterestEvolutionVectorEnv
 from fedrec.eval.rollout import EVAL_SEED_OFFSET, evaluate_policy
 from fedrec.eval.stats import mean_ci
+from fedrec.experiments.harness import add_out_arguments, claim_outputs, run_script, script_out
 from fedrec.train.loop import SlateTrainer, TrainConfig
 
 RLLIB_REPO = "https://github.com/ray-project/ray"
-OUT = Path("results/rllib_criteria")
 
 # --- the interest-evolution adapter ----------------------------------------------------------
 #
@@ -360,15 +363,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="override the budgets (labelled)")
     parser.add_argument("--num-envs", type=int, default=16)
     parser.add_argument("--eval-episodes", type=int, default=500)
-    parser.add_argument("--out", type=Path, default=OUT)
+    add_out_arguments(parser, "rllib_slateq_criteria", what="folder of results.json and table.md")
     parser.add_argument(
         "--references-only",
         action="store_true",
         help="no training: add the reference policies to the runs already in results.json",
     )
     args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args.out = script_out("rllib_slateq_criteria", args.out)
     path = args.out / "results.json"
+    claim_outputs([path, args.out / "table.md"], overwrite=args.overwrite)
+    args.out.mkdir(parents=True, exist_ok=True)
     previous = json.loads(path.read_text()) if path.exists() else {"settings": {}}
     if args.references_only:
         for name in args.settings:
@@ -412,4 +417,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -7,7 +7,10 @@ REINFORCE-TopK and SAC+TopK, several seeds, mean ± 95% CI across seeds (docs/sa
 
 Every cell (env, policy, seed) is seeded on its own, so runs over disjoint envs or seeds
 (``--envs``, ``--first-seed``) give the cells of one run over all of them; ``--merge`` writes
-their table.
+their table. ``table.md`` and ``table.json`` go to ``--out`` (default
+``runs/benchmarks/sardine_table/``; docs/sardine.md's table is the first command with
+``--out results/sardine --overwrite``); an earlier run's files are replaced only with
+``--overwrite``.
 
 Needs the ``sardine`` extra (``pip install "fedrec[sardine]"``). Each learner trains for
 ``--episodes`` user-episodes (100 steps each) on ``--num-envs`` users in parallel with the
@@ -40,9 +43,9 @@ from fedrec.agents.sac_topk import SACTopKAgent, SACTopKConfig
 from fedrec.agents.slateq import SlateQAgent, SlateQConfig
 from fedrec.eval.rollout import EVAL_SEED_OFFSET, evaluate_policy
 from fedrec.eval.stats import mean_ci
+from fedrec.experiments.harness import add_out_arguments, claim_outputs, run_script, script_out
 from fedrec.train.loop import TrainConfig, train
 
-ROOT = Path(__file__).resolve().parents[1]
 ENVS = (
     "sardine/SlateTopK-Bored-fedrec-v0",
     "sardine/SlateTopK-BoredInf-fedrec-v0",
@@ -209,7 +212,7 @@ def table_markdown(cells: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n" + note
 
 
-def merge(folders: list[Path], out: Path) -> int:
+def merge(folders: list[Path], out: Path, *, overwrite: bool = False) -> int:
     """Merge the ``table.json`` of runs over disjoint seeds (or envs) with the same budget into
     ``out``: the table is the one a single run over all their seeds would write."""
     runs = [json.loads((folder / "table.json").read_text()) for folder in folders]
@@ -234,6 +237,7 @@ def merge(folders: list[Path], out: Path) -> int:
         "command": "python benchmarks/sardine_table.py --merge "
         + " ".join(str(folder) for folder in folders),
     }
+    claim_outputs([out / "table.md", out / "table.json"], overwrite=overwrite)
     out.mkdir(parents=True, exist_ok=True)
     markdown = table_markdown(cells, meta)
     (out / "table.md").write_text(markdown)
@@ -264,10 +268,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=20, help="training episodes per learner")
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--eval-episodes", type=int, default=100)
-    parser.add_argument("--out", type=Path, default=ROOT / "results" / "sardine")
+    add_out_arguments(parser, "sardine_table", what="folder of table.md and table.json")
     args = parser.parse_args(argv)
+    args.out = script_out("sardine_table", args.out)
     if args.merge:
-        return merge(args.merge, args.out)
+        return merge(args.merge, args.out, overwrite=args.overwrite)
+    claim_outputs([args.out / "table.md", args.out / "table.json"], overwrite=args.overwrite)
     torch.set_num_threads(1)
     meta = {
         "seeds": args.seeds,
@@ -308,4 +314,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_script(main))

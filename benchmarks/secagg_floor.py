@@ -1,7 +1,9 @@
 """The floor under secure aggregation's cost in FedNCF training: generating and adding the masks.
 
 Usage: ``python benchmarks/secagg_floor.py [--models gmf] [--client-optimizers fresh federated]
-[--simulations batched compiled] [--global-rounds 2] [--out results/fedncf/secagg_floor.json]``.
+[--simulations batched compiled] [--global-rounds 2] [--out PATH] [--overwrite]``: writes the JSON
+to ``--out`` (default ``runs/benchmarks/secagg_floor/secagg_floor.json``; the committed one is
+``results/fedncf/secagg_floor.json``; an earlier run's file is replaced only with ``--overwrite``).
 
 For every model, client optimiser and client simulation it trains FedNCF on ML-100K (20 clients
 per aggregation round, seed 0, cohort selection so that pair keys are agreed in the first global
@@ -41,6 +43,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from fedrec.agents.ncf import NCFConfig
+from fedrec.experiments.harness import add_out_arguments, claim_outputs, run_script, script_out
 from fedrec.federation.secagg import masking
 from fedrec.train.fedncf import FedNCFConfig, FedNCFTrainer
 
@@ -102,8 +105,13 @@ def main() -> None:
     parser.add_argument("--client-optimizers", nargs="+", default=["fresh", "federated"])
     parser.add_argument("--simulations", nargs="+", default=["batched", "compiled"])
     parser.add_argument("--global-rounds", type=int, default=2)
-    parser.add_argument("--out", default="results/fedncf/secagg_floor.json")
+    add_out_arguments(
+        parser, "secagg_floor", name="secagg_floor.json", what="the JSON ('' for none)"
+    )
     args = parser.parse_args()
+    if args.out != "":
+        args.out = script_out("secagg_floor", args.out, "secagg_floor.json")
+        claim_outputs([args.out], overwrite=args.overwrite)
     rows = []
     lines = [
         "| model | client Adam | simulation | plain ms / round | secure added ms | floor ms "
@@ -156,7 +164,7 @@ def main() -> None:
             + " ".join(
                 f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
                 for k, v in vars(args).items()
-                if k != "out"
+                if k not in ("out", "overwrite")
             ),
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
             "rows": rows,
@@ -167,4 +175,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -9,6 +9,12 @@ file of another configuration in it is refused (:func:`check_same`), and so is a
 table would drop runs this call does not make (:func:`check_subset`); the error is one line and
 asks for another ``--out``.
 
+**Benchmark scripts.** The standalone scripts of ``benchmarks/`` follow the same rule: their
+default output is ``runs/benchmarks/SCRIPT/`` (:func:`script_out`; ``--out`` and ``--overwrite``
+from :func:`add_out_arguments`), and before any work they refuse to replace a file an earlier run
+wrote unless ``--overwrite`` is given (:func:`claim_outputs`); :func:`run_script` turns that
+refusal into a one-line error.
+
 **Run caches.** Cached records are read with :func:`read_json` and checked whole with the small
 schemas below (:func:`validate`: keys, types, record counts, finite values) before anything is
 used; a bad file is a :class:`BenchError` (a ``ValueError``: ``fedrec`` prints one line naming
@@ -54,6 +60,9 @@ from typing import Any
 
 #: Where the drivers' default output folders go (``runs/`` is git-ignored).
 RUNS_ROOT = Path("runs") / "bench"
+
+#: Where the standalone scripts of ``benchmarks/`` write by default (:func:`script_out`).
+SCRIPTS_ROOT = Path("runs") / "benchmarks"
 
 
 class BenchError(ValueError):
@@ -117,6 +126,61 @@ def check_subset(folder: Path, present: Iterable[str], made: Iterable[str], *, w
             f"{folder} holds {what} this call does not include ({shown}): its table would drop "
             "them; include them or choose another --out"
         )
+
+
+# ------------------------------------------------------------------------- benchmark scripts
+
+
+def script_out(script: str, out: str | Path | None, name: str | None = None) -> Path:
+    """Where a ``benchmarks/SCRIPT.py`` script writes: ``out`` when given, else
+    ``runs/benchmarks/SCRIPT`` (git-ignored; ``/NAME`` below it for a script whose ``--out`` is
+    one file)."""
+    if out is not None:
+        return Path(out)
+    folder = SCRIPTS_ROOT / script
+    return folder / name if name else folder
+
+
+def claim_outputs(paths: Iterable[str | Path], *, overwrite: bool) -> None:
+    """Refuse to start a script that would replace a file it did not make in this run: raise
+    :class:`BenchError` naming the first of ``paths`` that exists, unless ``overwrite``. Called
+    with every file the script will write, before any expensive work."""
+    if overwrite:
+        return
+    for path in paths:
+        if Path(path).exists():
+            raise BenchError(
+                f"{path} exists (written by an earlier run): pass --overwrite to replace it, "
+                "or choose another --out"
+            )
+
+
+def add_out_arguments(
+    parser: argparse.ArgumentParser, script: str, *, name: str | None = None, what: str = ""
+) -> None:
+    """Add ``--out`` (default ``None``: :func:`script_out`'s ``runs/benchmarks/SCRIPT[/NAME]``)
+    and ``--overwrite`` to a benchmark script's parser; ``what`` describes ``--out``."""
+    default = script_out(script, None, name)
+    text = f"{what}; " if what else ""
+    parser.add_argument(
+        "--out",
+        default=None,
+        help=f"{text}default {default.as_posix()}; results/ only when --out names it",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace output files of an earlier run (refused without it)",
+    )
+
+
+def run_script(main: Callable[[], Any]) -> Any:
+    """Run a benchmark script's ``main``: a :class:`BenchError` ends it with one line
+    (``error: ...``, exit status 1) instead of a traceback."""
+    try:
+        return main()
+    except BenchError as error:
+        raise SystemExit(f"error: {error}") from None
 
 
 # ------------------------------------------------------------------------------ run caches

@@ -57,6 +57,7 @@ from fedrec.train.fel.config import DPConfig, FedConfig
 from fedrec.train.fel.ensemble import FELResult, baseline_auc, ensemble_aucs, run_fel
 from fedrec.train.fel.overarch import (
     FederatedOverArch,
+    OverArchTrainer,
     over_arch_features,
     train_over_arch,
     train_over_arch_federated,
@@ -95,6 +96,7 @@ __all__ = [
     "FederatedResult",
     "LeafConfig",
     "OverArch",
+    "OverArchTrainer",
     "PrivateFELResult",
     "PrivateLeaf",
     "aggregate_leaves",

@@ -15,7 +15,7 @@ mean update (FedAvg: weights n_k / Σ n) or, with DP, the clipped and noised upd
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -65,25 +65,42 @@ def local_train(
     """Run every client's local SGD steps on its stacked copy; returns the trained copies and
     the clients' mean loss on their first batch (before any step). ``offset`` (M,) is a fixed
     logit added to every sample's output (the private leaf learns on top of the public score)."""
-    p = {k: t.clone().requires_grad_(True) for k, t in params.items()}
     codes_all = torch.as_tensor(data.sparse[index] + data.offsets)  # (C, S, B, F)
     dense_all = torch.as_tensor(data.dense[index])
-    label_all = torch.as_tensor(data.label[index])
-    mask_all = torch.as_tensor(mask, dtype=torch.float32)
     offset_all = None if offset is None else torch.as_tensor(offset[index], dtype=torch.float32)
+
+    def logits_of(p: dict[str, torch.Tensor], s: int) -> torch.Tensor:
+        logits = forward(p, codes_all[:, s], dense_all[:, s])
+        return logits if offset_all is None else logits + offset_all[:, s]
+
+    return local_sgd(params, logits_of, torch.as_tensor(data.label[index]), mask, lr)
+
+
+def local_sgd(
+    params: dict[str, torch.Tensor],
+    logits_of: Callable[[dict[str, torch.Tensor], int], torch.Tensor],
+    labels: torch.Tensor,
+    mask: np.ndarray,
+    lr: float,
+) -> tuple[dict[str, torch.Tensor], float]:
+    """The local SGD of every client on its copy of the stacked (C, ...) ``params`` (cloned):
+    ``logits_of(p, s)`` gives the (C, B) logits of local step ``s``, ``labels`` (C, S, B) their
+    labels, ``mask`` (C, S, B) the valid samples. The loss is the sum of the clients' mean
+    binary cross-entropies (one autograd call, every client's gradient); a client whose steps ran
+    out stops. Returns the trained copies and the clients' mean loss on their first batch.
+    Shared by the leaves (:func:`local_train`) and the federated over-arch."""
+    p = {k: t.clone().requires_grad_(True) for k, t in params.items()}
+    mask_all = torch.as_tensor(mask, dtype=torch.float32)
     first_loss = float("nan")
-    for s in range(index.shape[1]):
+    for s in range(mask.shape[1]):
         m = mask_all[:, s]
         n = m.sum(1)
         if not (n > 0).any():
             break
-        logits = forward(p, codes_all[:, s], dense_all[:, s])
-        if offset_all is not None:
-            logits = logits + offset_all[:, s]
-        losses = F.binary_cross_entropy_with_logits(logits, label_all[:, s], reduction="none")
+        losses = F.binary_cross_entropy_with_logits(logits_of(p, s), labels[:, s], reduction="none")
         loss = ((losses * m).sum(1) / n.clamp(min=1)).sum()
         if s == 0:
-            first_loss = float(loss.detach()) / index.shape[0]
+            first_loss = float(loss.detach()) / mask.shape[0]
         grads = torch.autograd.grad(loss, list(p.values()))
         with torch.no_grad():
             for t, g in zip(p.values(), grads, strict=True):
@@ -114,6 +131,12 @@ def noise_multiplier_of(config: FedConfig) -> float | None:
     return noise_multiplier_for(dp.target_epsilon, dp.delta, config.sample_rate, config.rounds)
 
 
+def poisson_sample(rng: np.random.Generator, rate: float, has_train: np.ndarray) -> np.ndarray:
+    """(U,) bool: Poisson sampling of the clients with training rows, each with probability
+    ``rate`` (one uniform draw per client, in client order)."""
+    return (rng.random(len(has_train)) < rate) & has_train
+
+
 def select_clients(
     rng: np.random.Generator, assignment: np.ndarray, has_train: np.ndarray, config: FedConfig
 ) -> np.ndarray:
@@ -121,7 +144,7 @@ def select_clients(
     clients with training rows and, without DP and with ``fill_empty_clusters``, one client at
     random for each cluster that drew none."""
     k = int(assignment.max()) + 1
-    chosen = (rng.random(len(assignment)) < config.sample_rate) & has_train
+    chosen = poisson_sample(rng, config.sample_rate, has_train)
     if config.dp is None and config.fill_empty_clusters:  # at least one client per cluster
         for c in range(k):
             if not chosen[assignment == c].any():

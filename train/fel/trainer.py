@@ -47,14 +47,14 @@ from fedrec.util import json_ready
 SETUP_KEYS = ("agent", "seed", "agent_config", "noise_multiplier", "data", "assignment", "offset")
 
 
-def _setup_config(config: FedConfig) -> dict[str, Any]:
+def setup_config(config: FedConfig) -> dict[str, Any]:
     """The configuration as JSON data, without its length (``rounds``)."""
     values = json_ready(dataclasses.asdict(config))
     values.pop("rounds")
     return values
 
 
-def _digest(*arrays: np.ndarray) -> str:
+def digest(*arrays: np.ndarray) -> str:
     """SHA-256 of the arrays' dtypes, shapes and bytes."""
     h = hashlib.sha256()
     for array in arrays:
@@ -62,6 +62,11 @@ def _digest(*arrays: np.ndarray) -> str:
         h.update(f"{array.dtype.str}{array.shape}".encode())
         h.update(array.tobytes())
     return h.hexdigest()
+
+
+def data_digest(data: ClickData) -> str:
+    """SHA-256 of the click data's arrays (:func:`digest`)."""
+    return digest(data.sparse, data.dense, data.label, data.client, data.is_test, data.indptr)
 
 
 def check_assignment(data: ClickData, assignment: np.ndarray, config: FedConfig) -> np.ndarray:
@@ -78,13 +83,75 @@ def check_assignment(data: ClickData, assignment: np.ndarray, config: FedConfig)
     return assignment
 
 
-class FELTrainer(Trainer):
-    """FEL's leaves on the training core: one :meth:`step` is one round (see the module doc)."""
+class RoundsTrainer(Trainer):
+    """What FEL's round-based loops share on the core: one :meth:`step` is one round, logged as
+    ``round, clients, first_loss`` in ``rounds.csv``; the loop state is the rounds done, the
+    selection and schedule generator ``self.rng`` (its state as data), the client updates and
+    the loss history. A subclass builds those in ``__init__`` and implements :meth:`step`, the
+    component states (its parameters and DP noise generator) and :meth:`evaluate`."""
 
     header = ("round", "clients", "first_loss")
     row_tag = "round"
     unit = "rounds"
     log_name = "rounds.csv"
+    rng: np.random.Generator
+    rounds_done: int
+    rounds: int
+    updates: int
+    history: list[float]
+
+    def start(self) -> None:
+        pass  # everything starts from the seeded state built in __init__
+
+    def finished(self) -> bool:
+        return self.rounds_done >= self.rounds
+
+    def progress(self) -> float:
+        return self.rounds_done
+
+    def parse_row(self, row: list[str]) -> list[Any]:
+        return [int(row[0]), int(row[1]), float(row[2])]
+
+    def postfix(self) -> dict[str, str]:
+        return {"loss": f"{self.history[-1]:.4f}"} if self.history else {}
+
+    def loop_state(self) -> dict[str, Any]:
+        return {
+            "rounds_done": self.rounds_done,
+            "rng": self.rng.bit_generator.state,
+            "updates": self.updates,
+            "history": list(self.history),
+        }
+
+    def load_loop_state(self, state: Mapping[str, Any]) -> None:
+        self.rounds_done = int(state["rounds_done"])
+        self.rng.bit_generator.state = state["rng"]
+        self.updates = int(state["updates"])
+        self.history = [float(x) for x in state["history"]]
+
+
+def checked_params(
+    saved: Mapping[str, torch.Tensor], current: Mapping[str, torch.Tensor], what: str
+) -> dict[str, torch.Tensor]:
+    """Copies of a checkpoint's ``saved`` parameters, refused (``ValueError``, naming the
+    ``what`` model: "leaf", "over-arch") unless they have the names and shapes of this run's
+    ``current`` ones."""
+    if set(saved) != set(current):
+        raise ValueError(
+            f"checkpoint: the saved {what} parameters are {sorted(saved)}, this run's {what} "
+            f"model has {sorted(current)}"
+        )
+    for name, value in current.items():
+        if tuple(saved[name].shape) != tuple(value.shape):
+            raise ValueError(
+                f"checkpoint: {what} parameter {name} has shape {tuple(saved[name].shape)}, "
+                f"this run needs {tuple(value.shape)}"
+            )
+    return {name: saved[name].clone() for name in current}
+
+
+class FELTrainer(RoundsTrainer):
+    """FEL's leaves on the training core: one :meth:`step` is one round (see the module doc)."""
 
     def __init__(
         self,
@@ -112,7 +179,7 @@ class FELTrainer(Trainer):
         self.rng = np.random.default_rng(config.seed)
         self.generator = torch.Generator().manual_seed(config.seed + 1)
         self.params = init_params(data, config.leaf, self.k, config.seed)
-        self.rounds_done = 0
+        self.rounds, self.rounds_done = config.rounds, 0
         self.updates = 0
         self.history: list[float] = []
         self.privacy: FELPrivacy | None = None
@@ -120,17 +187,13 @@ class FELTrainer(Trainer):
         run_config = {
             "agent": "fel",
             "seed": config.seed,
-            "agent_config": _setup_config(config),
+            "agent_config": setup_config(config),
             "rounds": config.rounds,
             "noise_multiplier": self.noise_multiplier,
             "num_clusters": self.k,
-            "data": _digest(
-                data.sparse, data.dense, data.label, data.client, data.is_test, data.indptr
-            )
-            if recorded
-            else None,
-            "assignment": _digest(self.assignment) if recorded else None,
-            "offset": _digest(np.asarray(offset)) if recorded and offset is not None else None,
+            "data": data_digest(data) if recorded else None,
+            "assignment": digest(self.assignment) if recorded else None,
+            "offset": digest(np.asarray(offset)) if recorded and offset is not None else None,
         }
         super().__init__(
             run_config=run_config,
@@ -142,23 +205,8 @@ class FELTrainer(Trainer):
             total=config.rounds,
             # the caller's thread count: results do not change with the core's default of one
             torch_threads=torch.get_num_threads() if torch_threads is None else torch_threads,
-            config_defaults=_setup_config(FedConfig()),
+            config_defaults=setup_config(FedConfig()),
         )
-
-    def start(self) -> None:
-        pass  # everything starts from the seeded state built in __init__
-
-    def finished(self) -> bool:
-        return self.rounds_done >= self.config.rounds
-
-    def progress(self) -> float:
-        return self.rounds_done
-
-    def parse_row(self, row: list[str]) -> list[Any]:
-        return [int(row[0]), int(row[1]), float(row[2])]
-
-    def postfix(self) -> dict[str, str]:
-        return {"loss": f"{self.history[-1]:.4f}"} if self.history else {}
 
     def step(self) -> tuple[list[Any], dict[str, float]]:
         config, assignment, params = self.config, self.assignment, self.params
@@ -196,38 +244,12 @@ class FELTrainer(Trainer):
         metrics = {"first_loss": first_loss} if len(clients) else {}
         return [[self.rounds_done, len(clients), first_loss]], metrics
 
-    def loop_state(self) -> dict[str, Any]:
-        return {
-            "rounds_done": self.rounds_done,
-            "rng": self.rng.bit_generator.state,
-            "updates": self.updates,
-            "history": list(self.history),
-        }
-
-    def load_loop_state(self, state: Mapping[str, Any]) -> None:
-        self.rounds_done = int(state["rounds_done"])
-        self.rng.bit_generator.state = state["rng"]
-        self.updates = int(state["updates"])
-        self.history = [float(x) for x in state["history"]]
-
     def component_states(self) -> dict[str, Any]:
         return {"agent": {"leaves": self.params, "noise_generator": self.generator.get_state()}}
 
     def load_component_states(self, states: Mapping[str, Any]) -> None:
         agent = states["agent"]
-        leaves = agent["leaves"]
-        if set(leaves) != set(self.params):
-            raise ValueError(
-                f"checkpoint: the leaves have parameters {sorted(leaves)}, this run's leaf model "
-                f"has {sorted(self.params)}"
-            )
-        for name, current in self.params.items():
-            if tuple(leaves[name].shape) != tuple(current.shape):
-                raise ValueError(
-                    f"checkpoint: leaf parameter {name} has shape {tuple(leaves[name].shape)}, "
-                    f"this run needs {tuple(current.shape)}"
-                )
-        self.params = {name: leaves[name].clone() for name in self.params}
+        self.params = checked_params(agent["leaves"], self.params, "leaf")
         self.generator.set_state(agent["noise_generator"])
 
     def evaluate(self) -> dict[str, Any]:

@@ -33,6 +33,7 @@ AGENTS: dict[str, str] = {
     "belief_planner": "fedrec.agents.belief_planner:BeliefPlanner",
     "rule_search": "fedrec.agents.slate_rule:RuleSearchAgent",
     "rule_search_adaptive": "fedrec.agents.slate_rule:AdaptiveRuleSearchAgent",
+    "rule_search_sequential": "fedrec.agents.slate_rule_sequential:SequentialRuleSearchAgent",
     "top_x": "fedrec.agents.reference:HighestFeaturePolicy",
     "bottom_x": "fedrec.agents.reference:LowestFeaturePolicy",
     "best_open_loop": "fedrec.agents.open_loop:OpenLoopPolicy",

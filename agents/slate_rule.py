@@ -325,36 +325,27 @@ class RuleSearchAgent(SlateAgent):
         self.updates = int(state["updates"])
 
 
-class AdaptiveRuleSearchAgent(RuleSearchAgent):
-    """:class:`RuleSearchAgent` whose rule also depends on the user's satisfaction level.
-
-    The agent keeps, per user, the mean of the last ``satisfaction_window`` *observed* (noisy)
-    satisfaction readings of the episode and gives each level (``satisfaction_edges``) its own weights in every part of the episode. On
-    ``fedrec/ChocKaleUserTypes-v0``, where some users' satisfaction does not react to what they
-    consume and others' does, the level tells the two apart after a few steps, so one searched
-    rule can serve each type its own plan. Needs an env that observes satisfaction; reads no
-    hidden state.
-    """
-
-    Config = AdaptiveRuleSearchConfig
-    config: AdaptiveRuleSearchConfig
+class ScoredRuleSearchAgent(RuleSearchAgent):
+    """:class:`RuleSearchAgent` that scores every drawn rule on ``config.episodes_per_rule``
+    user-episodes (its mean return) before the rule joins a population: where users differ a lot
+    whatever the rule (hidden types), one episode says little about a rule. The base of
+    :class:`AdaptiveRuleSearchAgent` and
+    :class:`fedrec.agents.slate_rule_sequential.SequentialRuleSearchAgent`."""
 
     def __init__(
         self,
         *,
         slate_size: int,
         episode_length: int,
-        config: AdaptiveRuleSearchConfig | None = None,
+        config: Any = None,
         seed: int | None = None,
     ) -> None:
         super().__init__(
             slate_size=slate_size, episode_length=episode_length, config=config, seed=seed
         )
-        # per user: the last readings of the observed satisfaction, newest last (NaN: none yet)
-        self.readings = np.zeros((0, self.config.satisfaction_window))
-        # Each drawn rule is scored on ``episodes_per_rule`` user-episodes. ``queue``: rules still
-        # to be handed out (rule, id, episodes left); ``scores``: id -> [rule, return sum, count]
-        # of the current population; ``rule_ids``: each user's rule (-1: not scored).
+        # ``queue``: rules still to be handed out (rule, id, episodes left); ``scores``: id ->
+        # [rule, return sum, count] of the current population; ``rule_ids``: each user's rule
+        # (-1: not scored).
         self.queue: list[tuple[np.ndarray, int, int]] = []
         self.scores: dict[int, list[Any]] = {}
         self.rule_ids = np.zeros(0, dtype=np.int64)
@@ -396,25 +387,10 @@ class AdaptiveRuleSearchAgent(RuleSearchAgent):
                 self.queue[1:] if left == 1 else [(rule, rule_id, left - 1), *self.queue[1:]]
             )
 
-    def _context(self, observations: Observation) -> np.ndarray:
-        if "user" not in observations:
-            raise ValueError(
-                "AdaptiveRuleSearchAgent reads the observed satisfaction (observation key 'user'):"
-                " use an env with satisfaction_noise_stddev set, e.g. fedrec/ChocKaleUserTypes-v0"
-            )
-        seen = np.asarray(observations["user"], dtype=np.float64)[:, 0]
-        if len(self.readings) != len(seen):
-            self.readings = np.full((len(seen), self.config.satisfaction_window), np.nan)
-        self.readings[self.steps == 0] = np.nan  # a new episode forgets the last one's readings
-        self.readings = np.concatenate([self.readings[:, 1:], seen[:, None]], axis=1)
-        level = np.nanmean(self.readings, axis=1)
-        return np.searchsorted(self.config.satisfaction_edges, level, side="right")
-
     def state_dict(self) -> dict[str, Any]:
         size = self.config.size
         return {
             **super().state_dict(),
-            "readings": self.readings.copy(),
             "queue_rules": np.array([q[0] for q in self.queue]).reshape(-1, size),
             "queue_ids": np.array([q[1] for q in self.queue], dtype=np.int64),
             "queue_left": np.array([q[2] for q in self.queue], dtype=np.int64),
@@ -428,7 +404,6 @@ class AdaptiveRuleSearchAgent(RuleSearchAgent):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
-        self.readings = np.array(state["readings"], dtype=np.float64)
         self.queue = [
             (np.array(rule, dtype=np.float64), int(i), int(left))
             for rule, i, left in zip(
@@ -447,3 +422,53 @@ class AdaptiveRuleSearchAgent(RuleSearchAgent):
         }
         self.rule_ids = np.array(state["rule_ids"], dtype=np.int64)
         self.next_id = int(state["next_id"])
+
+
+class AdaptiveRuleSearchAgent(ScoredRuleSearchAgent):
+    """:class:`RuleSearchAgent` whose rule also depends on the user's satisfaction level.
+
+    The agent keeps, per user, the mean of the last ``satisfaction_window`` *observed* (noisy)
+    satisfaction readings of the episode and gives each level (``satisfaction_edges``) its own weights in every part of the episode. On
+    ``fedrec/ChocKaleUserTypes-v0``, where some users' satisfaction does not react to what they
+    consume and others' does, the level tells the two apart after a few steps, so one searched
+    rule can serve each type its own plan. Needs an env that observes satisfaction; reads no
+    hidden state.
+    """
+
+    Config = AdaptiveRuleSearchConfig
+    config: AdaptiveRuleSearchConfig
+
+    def __init__(
+        self,
+        *,
+        slate_size: int,
+        episode_length: int,
+        config: AdaptiveRuleSearchConfig | None = None,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(
+            slate_size=slate_size, episode_length=episode_length, config=config, seed=seed
+        )
+        # per user: the last readings of the observed satisfaction, newest last (NaN: none yet)
+        self.readings = np.zeros((0, self.config.satisfaction_window))
+
+    def _context(self, observations: Observation) -> np.ndarray:
+        if "user" not in observations:
+            raise ValueError(
+                "AdaptiveRuleSearchAgent reads the observed satisfaction (observation key 'user'):"
+                " use an env with satisfaction_noise_stddev set, e.g. fedrec/ChocKaleUserTypes-v0"
+            )
+        seen = np.asarray(observations["user"], dtype=np.float64)[:, 0]
+        if len(self.readings) != len(seen):
+            self.readings = np.full((len(seen), self.config.satisfaction_window), np.nan)
+        self.readings[self.steps == 0] = np.nan  # a new episode forgets the last one's readings
+        self.readings = np.concatenate([self.readings[:, 1:], seen[:, None]], axis=1)
+        level = np.nanmean(self.readings, axis=1)
+        return np.searchsorted(self.config.satisfaction_edges, level, side="right")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "readings": self.readings.copy()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.readings = np.array(state["readings"], dtype=np.float64)

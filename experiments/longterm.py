@@ -102,6 +102,14 @@ CONTENDERS: dict[str, Contender] = {
         "the committed leaderboard)",
         settings=(),
     ),
+    "rule_search_sequential": Contender(
+        "rule_search_sequential",
+        150000,
+        {},
+        "cross-entropy search over a rule with a sequential test of whether the user's observed "
+        "satisfaction responds (8 numbers)",
+        settings=("user-types",),
+    ),
     "ppo": Contender("ppo", 3000, {}, "Stable-Baselines3 PPO (scores per candidate)"),
     "recurrent_ppo": Contender("recurrent_ppo", 3000, {}, "sb3-contrib recurrent PPO (LSTM)"),
 }
@@ -448,7 +456,8 @@ class BenchLongTermConfig:
         metavar="AGENT",
         help="contenders (default: every contender of the setting: "
         + ", ".join(CONTENDERS)
-        + "; rule_search_adaptive_long on user-types only; rule_search_adaptive_xl only when named)",
+        + "; rule_search_adaptive_long and rule_search_sequential on user-types only; "
+        "rule_search_adaptive_xl only when named)",
     )
     seeds: int = option(3, min=1)
     """seeds per contender"""

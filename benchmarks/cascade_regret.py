@@ -221,10 +221,13 @@ def table_markdown(results: dict[str, Any]) -> str:
             cumulative_half = _value_at(summary, results["meta"]["steps"] // 2)
             mean, half = mean_ci(finals, 0.95)
             slope = summary["late_slope_mean"]
-            slope_text = "-" if slope is None else f"{slope:.2f} ± {summary['late_slope_ci95']:.2f}"
+            slope_half = summary["late_slope_ci95"]  # None with one seed: no interval
+            slope_text = "-" if slope is None else f"{slope:.2f}"
+            if slope is not None and slope_half is not None:
+                slope_text += f" ± {slope_half:.2f}"
+            regret = f"{mean:.1f}" + (f" ± {half:.1f}" if np.isfinite(half) else " (one seed)")
             lines.append(
-                f"| {setting} | {policy} | {cumulative_half:.1f} | {mean:.1f} ± "
-                f"{0.0 if not np.isfinite(half) else half:.1f} | {slope_text} |"
+                f"| {setting} | {policy} | {cumulative_half:.1f} | {regret} | {slope_text} |"
             )
     meta = results["meta"]
     return (

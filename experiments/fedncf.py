@@ -332,8 +332,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Federated GMF/MLP/NeuMF (FedNCF) with SimpleAvg, FedAvg and MF-FedAvg over "
         "several seeds, the centralised upper bound, popularity and random; prints FedNCF's "
         "tables 5-8 and writes convergence plots. Runs are cached in --out. A default run (FedGMF "
-        "with the 3 plain aggregators, 3 seeds, 400 global rounds: 9 federated runs of 4-5 "
-        "minutes each) takes about 40 minutes on a 2-core machine; --quick under a minute.",
+        "with the 3 plain aggregators, 3 seeds, 400 global rounds: 9 federated runs of about 2 "
+        "minutes each with the compiled simulation, 4-5 with the batched one) takes about 15 "
+        "minutes with --jobs 2 on a 2-core machine (FedNeuMF runs take about 5 minutes each); "
+        "--quick under a minute.",
         handler=run,
         quick="smoke run: 2 global rounds, 1 seed, 1 centralised epoch",
     )

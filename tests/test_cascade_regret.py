@@ -81,3 +81,10 @@ def test_a_quick_run_writes_its_results(regret: ModuleType, tmp_path: Path) -> N
     assert results["curves"]["fixed"]["oracle"]["final_per_seed"] == [0.0, 0.0]
     assert (tmp_path / "regret.png").stat().st_size > 0
     assert "| fixed | random |" in (tmp_path / "regret.md").read_text()
+
+
+def test_one_seed_writes_a_table_without_intervals(regret: ModuleType, tmp_path: Path) -> None:
+    argv = ["--steps", "30", "--seeds", "1", "--settings", "fixed", "--policies", "random"]
+    assert regret.main([*argv, "--out", str(tmp_path)]) == 0
+    table = (tmp_path / "regret.md").read_text()
+    assert "(one seed)" in table and "±" not in table.split("\n\n")[0]

@@ -68,9 +68,10 @@ class BenchFedNCFConfig:
     client_optimizer: str = option("federated", choices=CLIENT_OPTIMIZERS)
     """federated: the Adam state of items and network is aggregated like the weights (default);
     persistent: clients keep their own Adam state; fresh: a new Adam every participation."""
-    simulation: str = option("batched", choices=("batched", "compiled"))
-    """client simulation of the federated runs: "batched" (NumPy) or "compiled" (Numba kernel,
-    about 2-3x faster; its runs differ from batched ones in float32 rounding)."""
+    simulation: str = option("auto", choices=("auto", "batched", "compiled"))
+    """client simulation of the federated runs: "compiled" (Numba kernel, about 2-3x faster; the
+    committed results), "batched" (NumPy; its runs differ from compiled ones in float32 rounding)
+    or "auto": compiled where Numba imports, else batched (recorded resolved)."""
     selection: str = option("permutation", choices=("permutation", "cohorts"))
     """client selection of the federated runs (``FedNCFConfig.selection``): "permutation" or
     "cohorts" (fixed groups in a new order every global round)."""
@@ -91,7 +92,10 @@ class BenchFedNCFConfig:
             object.__setattr__(self, "aggregators", _plain_aggregators())
         harness.check_fields(self)
         from fedrec.agents.ncf import NCFConfig
-        from fedrec.train.fedncf import FedNCFConfig
+        from fedrec.train.fedncf import FedNCFConfig, resolve_simulation
+
+        # "auto" is resolved here, so results.json and the run cache keys name the simulation run
+        object.__setattr__(self, "simulation", resolve_simulation(self.simulation))
 
         for aggregator in self.aggregators:  # the training settings: FedNCFConfig's own checks
             FedNCFConfig(model=NCFConfig(model=self.models[0]), **self._fed_fields(aggregator))

@@ -17,6 +17,10 @@ def test_auto_is_resolved_to_compiled_where_numba_imports() -> None:
     config = fedncf.FedNCFConfig()
     assert config.simulation == "compiled"
     assert dataclasses.asdict(config)["simulation"] == "compiled"  # what config.json records
+    from fedrec.experiments.fedncf import BenchFedNCFConfig
+
+    bench = BenchFedNCFConfig(aggregators=("mf-fedavg",))  # `fedrec bench fedncf`'s default
+    assert bench.simulation == "compiled"
 
 
 def test_auto_falls_back_to_batched_without_numba(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -26,6 +30,9 @@ def test_auto_falls_back_to_batched_without_numba(monkeypatch: pytest.MonkeyPatc
         assert fedncf.resolve_simulation("auto") == "batched"
         assert fedncf.FedNCFConfig().simulation == "batched"
         assert fedncf.FedNCFConfig(simulation="reference").simulation == "reference"
+        from fedrec.experiments.fedncf import BenchFedNCFConfig
+
+        assert BenchFedNCFConfig(aggregators=("mf-fedavg",)).simulation == "batched"
     finally:
         fedncf_config.numba_available.cache_clear()
 

@@ -360,8 +360,11 @@ def test_bench_simulation_flag_keys_the_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from fedrec.experiments import fedncf as bench_fedncf
+    from fedrec.train.fedncf import resolve_simulation
 
-    assert _bench_config(tmp_path).simulation == "batched"
+    # the default is "auto", recorded resolved: compiled where Numba imports (the committed results)
+    assert _bench_config(tmp_path).simulation == resolve_simulation("auto")
+    assert bench_fedncf.BenchFedNCFConfig(simulation="auto").simulation in ("compiled", "batched")
     config = _bench_config(tmp_path, "--simulation", "compiled")
     with pytest.raises(ValueError, match="simulation"):
         bench_fedncf.BenchFedNCFConfig(simulation="reference")

@@ -26,6 +26,26 @@ import numpy as np
 from fedrec.agents.base import Info, Observation, SlateAgent, Transitions
 
 
+def check_search_settings(config: Any) -> None:
+    """The cross-entropy search's settings every rule-search config shares: ``population``,
+    ``elite_fraction``, ``smoothing``, ``initial_std`` and ``min_std`` (a ``ValueError`` naming
+    the setting)."""
+    if config.population < 4:
+        raise ValueError(f"population must be >= 4, got {config.population}")
+    if not 0 < config.elite_fraction < 1 or config.elite_fraction * config.population < 2:
+        raise ValueError(
+            f"elite_fraction must be in (0, 1) and keep >= 2 of the population, got "
+            f"{config.elite_fraction} of {config.population}"
+        )
+    if not 0 < config.smoothing <= 1:
+        raise ValueError(f"smoothing must be in (0, 1], got {config.smoothing}")
+    if not config.initial_std > 0 or not 0 <= config.min_std <= config.initial_std:
+        raise ValueError(
+            f"need initial_std > 0 and 0 <= min_std <= initial_std, got "
+            f"{config.initial_std}, {config.min_std}"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class RuleSearchConfig:
     time_bins: int = dataclasses.field(
@@ -51,20 +71,7 @@ class RuleSearchConfig:
     def __post_init__(self) -> None:
         if isinstance(self.time_bins, bool) or not 1 <= int(self.time_bins) <= 100:
             raise ValueError(f"time_bins must be an integer in [1, 100], got {self.time_bins!r}")
-        if self.population < 4:
-            raise ValueError(f"population must be >= 4, got {self.population}")
-        if not 0 < self.elite_fraction < 1 or self.elite_fraction * self.population < 2:
-            raise ValueError(
-                f"elite_fraction must be in (0, 1) and keep >= 2 of the population, got "
-                f"{self.elite_fraction} of {self.population}"
-            )
-        if not 0 < self.smoothing <= 1:
-            raise ValueError(f"smoothing must be in (0, 1], got {self.smoothing}")
-        if not self.initial_std > 0 or not 0 <= self.min_std <= self.initial_std:
-            raise ValueError(
-                f"need initial_std > 0 and 0 <= min_std <= initial_std, got "
-                f"{self.initial_std}, {self.min_std}"
-            )
+        check_search_settings(self)
 
     @property
     def contexts(self) -> int:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from fedrec.agents.base import Observation
-from fedrec.agents.slate_rule import ScoredRuleSearchAgent, top_slates
+from fedrec.agents.slate_rule import ScoredRuleSearchAgent, check_search_settings, top_slates
 
 #: The rule's numbers: name -> (centre, scale) of theta = centre + scale * z; times are fractions
 #: of the episode, the level and its margin are in units of the reading (the middle of its [0, 1]
@@ -79,20 +79,7 @@ class SequentialRuleSearchConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if self.population < 4:
-            raise ValueError(f"population must be >= 4, got {self.population}")
-        if not 0 < self.elite_fraction < 1 or self.elite_fraction * self.population < 2:
-            raise ValueError(
-                f"elite_fraction must be in (0, 1) and keep >= 2 of the population, got "
-                f"{self.elite_fraction} of {self.population}"
-            )
-        if not 0 < self.smoothing <= 1:
-            raise ValueError(f"smoothing must be in (0, 1], got {self.smoothing}")
-        if not self.initial_std > 0 or not 0 <= self.min_std <= self.initial_std:
-            raise ValueError(
-                f"need initial_std > 0 and 0 <= min_std <= initial_std, got "
-                f"{self.initial_std}, {self.min_std}"
-            )
+        check_search_settings(self)
 
     @property
     def size(self) -> int:

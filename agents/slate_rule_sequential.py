@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from fedrec.agents.base import Observation
-from fedrec.agents.slate_rule import ScoredRuleSearchAgent, check_search_settings, top_slates
+from fedrec.agents.slate_rule import ScoredRuleSearchAgent, check_search_settings
 
 #: The rule's numbers: name -> (centre, scale) of theta = centre + scale * z; times are fractions
 #: of the episode, the level and its margin are in units of the reading (the middle of its [0, 1]
@@ -159,12 +159,6 @@ class SequentialRuleSearchAgent(ScoredRuleSearchAgent):
             np.where(self.steps < rule["switch_at"], rule["p_early"], rule["p_late"]),
         )
         return p[:, None] * x
-
-    def _slates(self, observations: Observation, weights: np.ndarray) -> np.ndarray:
-        self._ensure_users(len(observations["candidates"]))
-        slates = top_slates(self._scores(observations, weights), self.slate_size)
-        self.steps = self.steps + 1
-        return slates
 
     def greedy_rule(self) -> dict[str, float]:
         """The mean rule's numbers (times in steps): what the greedy policy does."""

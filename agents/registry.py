@@ -34,6 +34,7 @@ AGENTS: dict[str, str] = {
     "rule_search": "fedrec.agents.slate_rule:RuleSearchAgent",
     "rule_search_adaptive": "fedrec.agents.slate_rule:AdaptiveRuleSearchAgent",
     "rule_search_sequential": "fedrec.agents.slate_rule_sequential:SequentialRuleSearchAgent",
+    "rule_search_evidence": "fedrec.agents.slate_rule_evidence:EvidenceRuleSearchAgent",
     "top_x": "fedrec.agents.reference:HighestFeaturePolicy",
     "bottom_x": "fedrec.agents.reference:LowestFeaturePolicy",
     "best_open_loop": "fedrec.agents.open_loop:OpenLoopPolicy",

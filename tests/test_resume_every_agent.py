@@ -73,6 +73,9 @@ SETUPS: dict[str, Setup] = {
     "SequentialRuleSearchAgent": Setup(
         {"population": 4, "elite_fraction": 0.5, "episodes_per_rule": 1}, "mean"
     ),
+    "EvidenceRuleSearchAgent": Setup(
+        {"population": 4, "elite_fraction": 0.5, "episodes_per_rule": 1}, "mean"
+    ),
     "PopularityAgent": Setup(logged_data=True),
     # An update every 16 steps of the 4 users (the kill comes after 40 steps).
     "PPOAgent": Setup(

@@ -155,6 +155,17 @@ def basis(
     return np.concatenate([x[..., None] * slot, (x * x)[..., None] * slot], axis=-1)
 
 
+def observed_satisfaction(observations: Observation, agent: object) -> np.ndarray:
+    """Each user's noisy satisfaction reading (observation key ``user``), for the rules that
+    read it; an env that does not observe it is refused by name."""
+    if "user" not in observations:
+        raise ValueError(
+            f"{type(agent).__name__} reads the observed satisfaction (observation key 'user'): "
+            "use an env with satisfaction_noise_stddev set, e.g. fedrec/ChocKaleUserTypes-v0"
+        )
+    return np.asarray(observations["user"], dtype=np.float64)[:, 0]
+
+
 def top_slates(scores: np.ndarray, n: int) -> np.ndarray:
     """The n best-scored candidates per row (ties: lower index first)."""
     return np.argsort(-scores, axis=1, kind="stable")[:, :n].astype(np.int64)
@@ -460,12 +471,7 @@ class AdaptiveRuleSearchAgent(ScoredRuleSearchAgent):
         self.readings = np.zeros((0, self.config.satisfaction_window))
 
     def _context(self, observations: Observation) -> np.ndarray:
-        if "user" not in observations:
-            raise ValueError(
-                "AdaptiveRuleSearchAgent reads the observed satisfaction (observation key 'user'):"
-                " use an env with satisfaction_noise_stddev set, e.g. fedrec/ChocKaleUserTypes-v0"
-            )
-        seen = np.asarray(observations["user"], dtype=np.float64)[:, 0]
+        seen = observed_satisfaction(observations, self)
         if len(self.readings) != len(seen):
             self.readings = np.full((len(seen), self.config.satisfaction_window), np.nan)
         self.readings[self.steps == 0] = np.nan  # a new episode forgets the last one's readings

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from fedrec.agents.base import Observation
-from fedrec.agents.slate_rule import ScoredRuleSearchAgent, top_slates
+from fedrec.agents.slate_rule import ScoredRuleSearchAgent, observed_satisfaction, top_slates
 from fedrec.agents.slate_rule_sequential import SequentialRuleSearchConfig
 
 #: The rule's numbers: name -> (centre, scale) of theta = centre + scale * z. The decay is per
@@ -111,13 +111,7 @@ class EvidenceRuleSearchAgent(ScoredRuleSearchAgent):
         super()._ensure_users(users)
 
     def _scores(self, observations: Observation, weights: np.ndarray) -> np.ndarray:
-        if "user" not in observations:
-            raise ValueError(
-                "EvidenceRuleSearchAgent reads the observed satisfaction (observation key "
-                "'user'): use an env with satisfaction_noise_stddev set, e.g. "
-                "fedrec/ChocKaleUserTypes-v0"
-            )
-        reading = np.asarray(observations["user"], dtype=np.float64)[:, 0]
+        reading = observed_satisfaction(observations, self)
         x = np.asarray(observations["candidates"], dtype=np.float64)[..., 0]
         users = len(reading)
         rule = rule_numbers(

@@ -33,7 +33,11 @@ from typing import Any
 import numpy as np
 
 from fedrec.agents.base import Observation
-from fedrec.agents.slate_rule import ScoredRuleSearchAgent, check_search_settings
+from fedrec.agents.slate_rule import (
+    ScoredRuleSearchAgent,
+    check_search_settings,
+    observed_satisfaction,
+)
 
 #: The rule's numbers: name -> (centre, scale) of theta = centre + scale * z; times are fractions
 #: of the episode, the level and its margin are in units of the reading (the middle of its [0, 1]
@@ -133,13 +137,7 @@ class SequentialRuleSearchAgent(ScoredRuleSearchAgent):
         super()._ensure_users(users)
 
     def _scores(self, observations: Observation, weights: np.ndarray) -> np.ndarray:
-        if "user" not in observations:
-            raise ValueError(
-                "SequentialRuleSearchAgent reads the observed satisfaction (observation key "
-                "'user'): use an env with satisfaction_noise_stddev set, e.g. "
-                "fedrec/ChocKaleUserTypes-v0"
-            )
-        reading = np.asarray(observations["user"], dtype=np.float64)[:, 0]
+        reading = observed_satisfaction(observations, self)
         x = np.asarray(observations["candidates"], dtype=np.float64)[..., 0]
         users = len(reading)
         rule = rule_numbers(

@@ -110,6 +110,16 @@ CONTENDERS: dict[str, Contender] = {
         "satisfaction responds (8 numbers)",
         settings=("user-types",),
     ),
+    # The same search with each rule scored on 64 user-episodes instead of 16 (and four times
+    # the budget, so as many updates): the seeds' searches end at the same rule
+    # (docs/longterm.md, "Closing in").
+    "rule_search_sequential_long": Contender(
+        "rule_search_sequential",
+        600000,
+        {"episodes_per_rule": 64},
+        "rule_search_sequential with each rule scored on 64 user-episodes (600,000 episodes)",
+        settings=("user-types",),
+    ),
     # Measured in docs/longterm.md ("Closing in"): its searches end 8 to 29 below the belief
     # planner from seed to seed, so its runs are not in results/longterm; runs only when named.
     "rule_search_evidence": Contender(
@@ -466,7 +476,8 @@ class BenchLongTermConfig:
         metavar="AGENT",
         help="contenders (default: every contender of the setting: "
         + ", ".join(CONTENDERS)
-        + "; rule_search_adaptive_long and rule_search_sequential on user-types only; "
+        + "; rule_search_adaptive_long, rule_search_sequential and rule_search_sequential_long "
+        "on user-types only; "
         "rule_search_adaptive_xl and rule_search_evidence only when named)",
     )
     seeds: int = option(3, min=1)

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from fedrec.agents.base import Observation
-from fedrec.agents.slate_rule import ScoredRuleSearchAgent, observed_satisfaction, top_slates
+from fedrec.agents.slate_rule import ScoredRuleSearchAgent, observed_satisfaction
 from fedrec.agents.slate_rule_sequential import SequentialRuleSearchConfig
 
 #: The rule's numbers: name -> (centre, scale) of theta = centre + scale * z. The decay is per
@@ -129,11 +129,14 @@ class EvidenceRuleSearchAgent(ScoredRuleSearchAgent):
             rule["p_unresponsive"],
             np.where(self.steps < rule["switch_at"], rule["p_early"], rule["p_late"]),
         )
-        scores = p[:, None] * x
-        # the slate the base class picks from these scores: its mean feature feeds the trace
-        slates = top_slates(scores, self.slate_size)
+        return p[:, None] * x
+
+    def _slates(self, observations: Observation, weights: np.ndarray) -> np.ndarray:
+        slates = super()._slates(observations, weights)
+        # the served slate's mean feature feeds the trace at the next step
+        x = np.asarray(observations["candidates"], dtype=np.float64)[..., 0]
         self.served = np.take_along_axis(x, slates, axis=1).mean(axis=1)
-        return scores
+        return slates
 
     def greedy_rule(self) -> dict[str, float]:
         """The mean rule's numbers (the switch in steps): what the greedy policy does."""

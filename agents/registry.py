@@ -35,6 +35,7 @@ AGENTS: dict[str, str] = {
     "rule_search_adaptive": "fedrec.agents.slate_rule:AdaptiveRuleSearchAgent",
     "rule_search_sequential": "fedrec.agents.slate_rule_sequential:SequentialRuleSearchAgent",
     "rule_search_evidence": "fedrec.agents.slate_rule_evidence:EvidenceRuleSearchAgent",
+    "rule_search_fitted": "fedrec.agents.slate_rule_fitted:FittedRuleSearchAgent",
     "top_x": "fedrec.agents.reference:HighestFeaturePolicy",
     "bottom_x": "fedrec.agents.reference:LowestFeaturePolicy",
     "best_open_loop": "fedrec.agents.open_loop:OpenLoopPolicy",

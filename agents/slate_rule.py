@@ -290,9 +290,14 @@ class RuleSearchAgent(SlateAgent):
             self.mean, self.std = cross_entropy_step(
                 self.mean, self.std, thetas, returns, self.config
             )
+            self.std = np.maximum(self.std, self._std_floor())
             self.updates += 1
         self._assign(mask)
         self.steps[mask], self.returns[mask], self.learned[mask] = 0, 0.0, False
+
+    def _std_floor(self) -> float | np.ndarray:
+        """The search spread's floor, per number or one for all (``config.min_std``)."""
+        return self.config.min_std
 
     def _close(self, users: np.ndarray) -> None:
         """The ended training episodes of ``users`` join the population."""
@@ -378,8 +383,12 @@ class ScoredRuleSearchAgent(RuleSearchAgent):
         for user in users:
             score = self.scores.get(int(self.rule_ids[user]))
             if score is not None:  # a rule of an earlier population is not scored
-                score[1] += float(self.returns[user])
+                score[1] += self._episode_score(int(user))
                 score[2] += 1
+
+    def _episode_score(self, user: int) -> float:
+        """What a user's ended episode adds to its rule's score: its return."""
+        return float(self.returns[user])
 
     def _population(self) -> tuple[np.ndarray, np.ndarray] | None:
         k = self.config.episodes_per_rule

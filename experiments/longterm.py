@@ -130,6 +130,16 @@ CONTENDERS: dict[str, Contender] = {
         "satisfaction follows what was served (8 numbers; each rule scored on 64 user-episodes)",
         settings=(),
     ),
+    # The readings' model fitted from the agent's observations, the decision searched (5 numbers
+    # with a control variate in the scores; docs/longterm.md, "Closing in").
+    "rule_search_fitted": Contender(
+        "rule_search_fitted",
+        600000,
+        {"episodes_per_rule": 64},
+        "cross-entropy search over a decision on the posterior of a readings' model fitted to "
+        "the agent's own observations (5 numbers; each rule scored on 64 user-episodes)",
+        settings=("user-types",),
+    ),
     "ppo": Contender("ppo", 3000, {}, "Stable-Baselines3 PPO (scores per candidate)"),
     "recurrent_ppo": Contender("recurrent_ppo", 3000, {}, "sb3-contrib recurrent PPO (LSTM)"),
 }
@@ -476,8 +486,8 @@ class BenchLongTermConfig:
         metavar="AGENT",
         help="contenders (default: every contender of the setting: "
         + ", ".join(CONTENDERS)
-        + "; rule_search_adaptive_long, rule_search_sequential and rule_search_sequential_long "
-        "on user-types only; "
+        + "; rule_search_adaptive_long, rule_search_sequential, rule_search_sequential_long and "
+        "rule_search_fitted on user-types only; "
         "rule_search_adaptive_xl and rule_search_evidence only when named)",
     )
     seeds: int = option(3, min=1)

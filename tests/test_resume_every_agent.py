@@ -76,6 +76,17 @@ SETUPS: dict[str, Setup] = {
     "EvidenceRuleSearchAgent": Setup(
         {"population": 4, "elite_fraction": 0.5, "episodes_per_rule": 1}, "mean"
     ),
+    # ... and the readings' model fitted at every update (the first before the kill).
+    "FittedRuleSearchAgent": Setup(
+        {
+            "population": 4,
+            "elite_fraction": 0.5,
+            "episodes_per_rule": 1,
+            "fit_episodes": 16,
+            "refit_every": 1,
+        },
+        "model",
+    ),
     "PopularityAgent": Setup(logged_data=True),
     # An update every 16 steps of the 4 users (the kill comes after 40 steps).
     "PPOAgent": Setup(

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
 
-from fedrec.agents.registry import resolve_agent
 from fedrec.agents.slate_rule_fitted import (
     UNITS,
     FilterSums,
@@ -119,17 +118,6 @@ def test_the_agent_logs_the_consumed_document_and_marks_a_flat_user() -> None:
     assert served[-1] == [1.0, 0.0]  # the flat user is found, the responsive one is not
     odds = agent.sums.log_odds_unresponsive(NEAR_ENV)
     assert odds[0] > 2.0 > -2.0 > odds[1]
-
-
-def test_an_env_without_satisfaction_readings_is_refused_by_name() -> None:
-    env = gym.make_vec("fedrec/ChocKaleSlate-v0", num_envs=2)
-    agent = resolve_agent("rule_search_fitted").from_env(env, seed=0)
-    obs, _ = env.reset(seed=0)
-    obs = {k: v for k, v in obs.items() if k != "user"}
-    agent.begin_episodes(np.ones(2, dtype=bool))
-    with pytest.raises(ValueError, match="observed satisfaction"):
-        agent.act_batch(obs)
-    env.close()
 
 
 def test_the_control_variate_takes_out_what_the_type_explains() -> None:

@@ -55,9 +55,13 @@ def test_a_user_whose_readings_stay_low_is_marked_and_served_its_own_rule() -> N
     assert list(agent.latched) == [False, False]
 
 
-def test_an_env_without_satisfaction_readings_is_refused_by_name() -> None:
+@pytest.mark.parametrize(
+    "name", ["rule_search_sequential", "rule_search_evidence", "rule_search_fitted"]
+)
+def test_an_env_without_satisfaction_readings_is_refused_by_name(name: str) -> None:
+    # every rule that reads the observed satisfaction
     env = gym.make_vec("fedrec/ChocKaleSlate-v0", num_envs=2)
-    agent = resolve_agent("rule_search_sequential").from_env(env, seed=0)
+    agent = resolve_agent(name).from_env(env, seed=0)
     obs, _ = env.reset(seed=0)
     obs = {k: v for k, v in obs.items() if k != "user"}
     agent.begin_episodes(np.ones(2, dtype=bool))

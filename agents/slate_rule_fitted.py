@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize
+from scipy.special import expit, logit
 
 from fedrec.agents.base import Observation
 from fedrec.agents.slate_rule import ScoredRuleSearchAgent, observed_satisfaction
@@ -150,15 +151,22 @@ class FilterSums:
         flat = reading - model.flat_centre
         self.flat += flat * flat
 
-    def log_odds_unresponsive(self, model: ReadingsModel) -> np.ndarray:
-        """log P(unresponsive | readings) - log P(responsive | readings) under ``model``."""
+    def log_densities(
+        self, model: ReadingsModel, users: Any = slice(None)
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Log densities of the readings so far as a responsive and as an unresponsive user,
+        each less the term both share (-n/2 log(2 pi noise^2)), for ``users`` (an index)."""
         var, v = model.noise**2, model.offset_std**2
+        rr, fr, ff = self.rr[users], self.fr[users], self.ff[users]
         # responsive: the residuals are N(0, var I + v f f^T); the determinant lemma and
-        # Sherman-Morrison give its log density from the sums (the 2 pi var terms cancel)
-        responsive = -0.5 * (
-            np.log1p(v * self.ff / var) + (self.rr - v * self.fr**2 / (var + v * self.ff)) / var
-        )
-        unresponsive = -0.5 * self.flat / var
+        # Sherman-Morrison give its log density from the sums
+        responsive = -0.5 * (np.log1p(v * ff / var) + (rr - v * fr**2 / (var + v * ff)) / var)
+        unresponsive = -0.5 * self.flat[users] / var
+        return responsive, unresponsive
+
+    def log_odds_unresponsive(self, model: ReadingsModel, users: Any = slice(None)) -> np.ndarray:
+        """log P(unresponsive | readings) - log P(responsive | readings) under ``model``."""
+        responsive, unresponsive = self.log_densities(model, users)
         share = model.responsive_share
         return np.log1p(-share) - np.log(share) + unresponsive - responsive
 
@@ -166,18 +174,17 @@ class FilterSums:
 def _model_from_free(free: np.ndarray) -> ReadingsModel:
     d, effect, centre, flat_centre, log_noise, log_offset, share = free
     return ReadingsModel(
-        decay=float(1 / (1 + np.exp(-d))),
+        decay=float(expit(d)),
         effect=float(effect),
         centre=float(centre),
         flat_centre=float(flat_centre),
         noise=float(np.exp(log_noise)),
         offset_std=float(np.exp(log_offset)),
-        responsive_share=float(np.clip(1 / (1 + np.exp(-share)), 1e-6, 1 - 1e-6)),
+        responsive_share=float(np.clip(expit(share), 1e-6, 1 - 1e-6)),
     )
 
 
 def _free_from_model(model: ReadingsModel) -> np.ndarray:
-    logit = lambda p: float(np.log(p / (1 - p)))  # noqa: E731
     return np.array(
         [
             logit(np.clip(model.decay, 1e-4, 1 - 1e-4)),
@@ -199,15 +206,11 @@ def mixture_log_likelihood(
     sums = FilterSums(len(readings))
     for t in range(readings.shape[1]):
         sums.add(model, None if t == 0 else consumed[:, t - 1], readings[:, t])
-    steps = readings.shape[1]
-    var, v, share = model.noise**2, model.offset_std**2, model.responsive_share
-    norm = -0.5 * steps * np.log(2 * np.pi * var)
-    responsive = norm - 0.5 * (
-        np.log1p(v * sums.ff / var) + (sums.rr - v * sums.fr**2 / (var + v * sums.ff)) / var
-    )
-    unresponsive = norm - 0.5 * sums.flat / var
-    both = np.stack([np.log(share) + responsive, np.log1p(-share) + unresponsive])
-    return float(np.logaddexp(both[0], both[1]).mean())
+    norm = -0.5 * readings.shape[1] * np.log(2 * np.pi * model.noise**2)
+    responsive, unresponsive = sums.log_densities(model)
+    share = model.responsive_share
+    mixture = np.logaddexp(np.log(share) + responsive, np.log1p(-share) + unresponsive)
+    return float((norm + mixture).mean())
 
 
 def fit_readings_model(
@@ -343,8 +346,7 @@ class FittedRuleSearchAgent(ScoredRuleSearchAgent):
 
     def _unresponsive_posterior(self, user: int) -> float:
         """P(the user does not respond | its readings so far) under the fitted model."""
-        odds = self.sums.log_odds_unresponsive(self.model)[user]
-        return float(1.0 / (1.0 + np.exp(-odds)))
+        return float(expit(self.sums.log_odds_unresponsive(self.model, user)))
 
     def _episode_score(self, user: int) -> float:
         # A control variate: whatever the rule, the mean of a calibrated posterior is the prior
